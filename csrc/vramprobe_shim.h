@@ -1,0 +1,47 @@
+/* vramprobe's C ABI over libtorch internals that tch does not expose.
+ *
+ * Every function catches every C++ exception: a non-zero return means the
+ * call failed and `err` (when not NULL) holds a NUL-terminated message. */
+#ifndef VRAMPROBE_SHIM_H
+#define VRAMPROBE_SHIM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  int64_t current;
+  int64_t peak;
+} vp_stat;
+
+typedef struct {
+  vp_stat allocated;
+  vp_stat reserved;
+  vp_stat active;
+  vp_stat inactive_split;
+  vp_stat requested;
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+} vp_cuda_stats_t;
+
+int vp_cuda_stats(int device, vp_cuda_stats_t *out, char *err, size_t err_len);
+int vp_cuda_reset_peak(int device, char *err, size_t err_len);
+int vp_cuda_empty_cache(char *err, size_t err_len);
+int vp_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes, char *err, size_t err_len);
+int vp_cuda_synchronize(int device, char *err, size_t err_len);
+/* CUDA runtime version libtorch was built with (e.g. 13000), or -1. */
+long vp_cuda_runtime_version(void);
+
+/* Installs the host tracker on the calling thread (idempotent). */
+int vp_host_tracking_start(char *err, size_t err_len);
+void vp_host_stats(vp_stat *out);
+void vp_host_reset_peak(void);
+
+void vp_torch_version(int *major, int *minor, int *patch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,159 @@
+//! Safe wrappers over the C++ shim in `csrc/`: the CUDA caching allocator's
+//! counters and exact host (CPU) allocation tracking, which tch does not expose.
+use std::ffi::{c_char, c_int, c_long, CStr};
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct RawStat {
+    current: i64,
+    peak: i64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCudaStats {
+    allocated: RawStat,
+    reserved: RawStat,
+    active: RawStat,
+    inactive_split: RawStat,
+    requested: RawStat,
+    num_alloc_retries: i64,
+    num_ooms: i64,
+}
+
+extern "C" {
+    fn vp_cuda_stats(device: c_int, out: *mut RawCudaStats, err: *mut c_char, len: usize) -> c_int;
+    fn vp_cuda_reset_peak(device: c_int, err: *mut c_char, len: usize) -> c_int;
+    fn vp_cuda_empty_cache(err: *mut c_char, len: usize) -> c_int;
+    fn vp_cuda_mem_info(
+        device: c_int,
+        free: *mut i64,
+        total: *mut i64,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    fn vp_cuda_synchronize(device: c_int, err: *mut c_char, len: usize) -> c_int;
+    fn vp_cuda_runtime_version() -> c_long;
+    fn vp_host_tracking_start(err: *mut c_char, len: usize) -> c_int;
+    fn vp_host_stats(out: *mut RawStat);
+    fn vp_host_reset_peak();
+    fn vp_torch_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int);
+}
+
+/// A C++ exception caught inside the shim.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ShimError(pub String);
+
+/// Calls a shim function that reports failure through a message buffer.
+fn call(f: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<(), ShimError> {
+    let mut buf = [0 as c_char; 1024];
+    if f(buf.as_mut_ptr(), buf.len()) == 0 {
+        return Ok(());
+    }
+    // SAFETY: the shim always NUL-terminates within the buffer it was given.
+    let msg = unsafe { CStr::from_ptr(buf.as_ptr()) };
+    Err(ShimError(msg.to_string_lossy().into_owned()))
+}
+
+/// Current and peak bytes of one counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counter {
+    pub current: u64,
+    pub peak: u64,
+}
+
+impl From<RawStat> for Counter {
+    fn from(s: RawStat) -> Self {
+        Counter {
+            current: s.current.max(0) as u64,
+            peak: s.peak.max(0) as u64,
+        }
+    }
+}
+
+/// The CUDA caching allocator's statistics for one device (aggregate pool).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CudaAllocatorStats {
+    pub allocated: Counter,
+    pub reserved: Counter,
+    pub active: Counter,
+    pub inactive_split: Counter,
+    pub requested: Counter,
+    pub alloc_retries: u64,
+    pub ooms: u64,
+}
+
+pub fn cuda_stats(device: usize) -> Result<CudaAllocatorStats, ShimError> {
+    let mut raw = RawCudaStats::default();
+    // SAFETY: `raw` outlives the call; the shim writes only into it.
+    call(|e, n| unsafe { vp_cuda_stats(device as c_int, &mut raw, e, n) })?;
+    Ok(CudaAllocatorStats {
+        allocated: raw.allocated.into(),
+        reserved: raw.reserved.into(),
+        active: raw.active.into(),
+        inactive_split: raw.inactive_split.into(),
+        requested: raw.requested.into(),
+        alloc_retries: raw.num_alloc_retries.max(0) as u64,
+        ooms: raw.num_ooms.max(0) as u64,
+    })
+}
+
+pub fn cuda_reset_peak(device: usize) -> Result<(), ShimError> {
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_cuda_reset_peak(device as c_int, e, n) })
+}
+
+pub fn cuda_empty_cache() -> Result<(), ShimError> {
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_cuda_empty_cache(e, n) })
+}
+
+pub fn cuda_synchronize(device: usize) -> Result<(), ShimError> {
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_cuda_synchronize(device as c_int, e, n) })
+}
+
+/// (free, total) bytes of a CUDA device, as the driver reports them.
+pub fn cuda_mem_info(device: usize) -> Result<(u64, u64), ShimError> {
+    let (mut free, mut total) = (0i64, 0i64);
+    // SAFETY: both out-pointers outlive the call.
+    call(|e, n| unsafe { vp_cuda_mem_info(device as c_int, &mut free, &mut total, e, n) })?;
+    Ok((free.max(0) as u64, total.max(0) as u64))
+}
+
+/// The CUDA runtime version libtorch was built with, as "13.0".
+pub fn cuda_runtime_version() -> Option<String> {
+    // SAFETY: no arguments; the shim catches everything.
+    let v = unsafe { vp_cuda_runtime_version() };
+    (v > 0).then(|| format!("{}.{}", v / 1000, (v % 1000) / 10))
+}
+
+/// Starts exact host allocation tracking on the calling thread. Allocations
+/// made before this call are not counted (so call it before building a model).
+pub fn host_tracking_start() -> Result<(), ShimError> {
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_host_tracking_start(e, n) })
+}
+
+/// Bytes held by libtorch on the CPU since tracking started: current and peak.
+pub fn host_stats() -> Counter {
+    let mut raw = RawStat::default();
+    // SAFETY: `raw` outlives the call.
+    unsafe { vp_host_stats(&mut raw) };
+    raw.into()
+}
+
+/// Sets the host peak to the current value, to measure the next interval.
+pub fn host_reset_peak() {
+    // SAFETY: no arguments.
+    unsafe { vp_host_reset_peak() }
+}
+
+/// The libtorch version this binary was built against, as "2.13.0".
+pub fn torch_version() -> String {
+    let (mut a, mut b, mut c) = (0, 0, 0);
+    // SAFETY: three out-pointers that outlive the call.
+    unsafe { vp_torch_version(&mut a, &mut b, &mut c) };
+    format!("{a}.{b}.{c}")
+}
