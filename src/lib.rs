@@ -1,1 +1,24 @@
+//! vramprobe: measures how large a training batch a device can hold.
+//!
+//! Data flows one way: [`cli`] -> [`commands`] -> [`sweep`] (which runs each
+//! [`trial`] in a child process: [`model`] + [`workload`] measured through
+//! [`device`]) -> [`analysis`] ([`fit`]) -> [`report`] formatters -> [`output`].
+pub mod analysis;
+pub mod cli;
+pub mod commands;
+pub mod device;
+pub mod environment;
+pub mod error;
+pub mod fit;
+pub mod model;
+pub mod output;
+pub mod record;
+pub mod report;
 pub mod shim;
+pub mod sweep;
+pub mod trial;
+pub mod units;
+pub mod workload;
+
+/// The tch release this build uses (tch pins its libtorch version).
+pub const TCH_VERSION: &str = "0.26";

@@ -1,0 +1,196 @@
+//! Command-line definitions only (clap derive). Values are validated here,
+//! so a malformed option is a usage error (exit code 2) before anything runs.
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::device::DeviceRequest;
+use crate::units;
+use crate::workload::OptimizerKind;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vramprobe",
+    version,
+    about = "How large a training batch your GPU can hold, and why: measured with real training steps.",
+    after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet50 --device cuda:0 --optimizer sgd --multiple-of 8\n  vramprobe models\n  vramprobe devices"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run real training steps across batch sizes, fit memory against the batch,
+    /// and recommend the largest batch that fits with headroom.
+    #[command(
+        after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet18 --input 3x112x112 --batches 1,2,4,8\n  vramprobe sweep --model vgg16 --capacity 8GiB --margin 15% --out runs/vgg16-8g"
+    )]
+    Sweep(SweepArgs),
+    /// List the built-in models with their default input and parameter count.
+    #[command(after_help = "Example:\n  vramprobe models")]
+    Models(ListArgs),
+    /// List this machine's devices with total memory and versions.
+    #[command(after_help = "Example:\n  vramprobe devices")]
+    Devices(ListArgs),
+    /// Internal: one trial, run by `sweep` in a child process.
+    #[command(hide = true)]
+    Trial(TrialArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkloadArgs {
+    /// Built-in model name (see `vramprobe models`).
+    #[arg(long)]
+    pub model: String,
+    /// Input shape per sample, channels x height x width [default: the model's own].
+    #[arg(long, value_name = "CxHxW", value_parser = parse_input)]
+    pub input: Option<InputShape>,
+    /// Number of classes [default: the model's own, 1000 for ImageNet models].
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+    pub classes: Option<i64>,
+    /// Optimizer, with PyTorch's defaults (SGD with momentum 0.9).
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
+    pub optimizer: OptimizerKind,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3, value_parser = parse_lr)]
+    pub lr: f64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// auto (first CUDA device, else the CPU), cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto", value_parser = parse_device)]
+    pub device: DeviceRequest,
+    /// Explicit batch sizes, e.g. 1,2,4,8 [default: double from 1 until an OOM,
+    /// the budget or --max-batch].
+    #[arg(long, value_parser = parse_batches)]
+    pub batches: Option<Batches>,
+    /// Largest batch to run [default: none on CUDA; 64 on the CPU, where steps are slow].
+    #[arg(long, value_parser = parse_batch)]
+    pub max_batch: Option<u64>,
+    /// Training steps per trial (at least 2: the optimizer state is allocated
+    /// during the first step, so the steady-state peak shows from the second).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub steps: u32,
+    /// Memory to plan for instead of the device's total, e.g. 6GiB or 8GB.
+    #[arg(long, value_parser = parse_bytes)]
+    pub capacity: Option<u64>,
+    /// Share of the capacity kept free, e.g. 10% or 0.1.
+    #[arg(long, default_value = "10%", value_parser = parse_margin)]
+    pub margin: f64,
+    /// Round the recommended batch down to a multiple of this (8 suits tensor cores).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub multiple_of: u64,
+    /// Seconds before a trial that has not finished is killed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub trial_timeout: u64,
+    /// Output folder [default: a new folder runs/<time>-<model>].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print only the summary, not a line per trial.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TrialArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[arg(long, value_parser = parse_device)]
+    pub device: DeviceRequest,
+    #[arg(long, value_parser = parse_batch)]
+    pub batch: u64,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub steps: u32,
+    /// Stream one JSON record per line (the only output format).
+    #[arg(long, required = true)]
+    pub json: bool,
+}
+
+/// A parsed `--input` shape (a newtype so clap treats it as one value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputShape(pub Vec<i64>);
+
+/// A parsed `--batches` list (a newtype so clap treats it as one value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batches(pub Vec<u64>);
+
+fn parse_input(s: &str) -> Result<InputShape, String> {
+    units::parse_input(s)
+        .map(InputShape)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_batches(s: &str) -> Result<Batches, String> {
+    units::parse_batches(s)
+        .map(Batches)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_batch(s: &str) -> Result<u64, String> {
+    units::parse_batch(s).map_err(|e| e.to_string())
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    units::parse_bytes(s).map_err(|e| e.to_string())
+}
+
+fn parse_device(s: &str) -> Result<DeviceRequest, String> {
+    s.parse()
+        .map_err(|e: crate::error::UsageError| e.to_string())
+}
+
+fn parse_lr(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "invalid learning rate '{s}': expected a positive number such as 0.001"
+        )),
+    }
+}
+
+fn parse_margin(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let value = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
+        None => t.parse::<f64>(),
+    };
+    match value {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "invalid margin '{s}': expected a share below 100%, e.g. 10% or 0.1"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn margins_accept_percent_and_fraction() {
+        assert_eq!(parse_margin("10%").unwrap(), 0.10);
+        assert_eq!(parse_margin("0.25").unwrap(), 0.25);
+        assert_eq!(parse_margin("0").unwrap(), 0.0);
+        for bad in ["100%", "1", "-5%", "ten", ""] {
+            assert!(parse_margin(bad).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

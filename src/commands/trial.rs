@@ -1,0 +1,22 @@
+//! `vramprobe trial` (hidden): the child process of one sweep trial.
+use anyhow::Result;
+
+use crate::cli::TrialArgs;
+use crate::device::{self, DeviceRequest};
+use crate::error::UsageError;
+use crate::trial::{self, TrialSpec};
+
+pub fn run(args: TrialArgs) -> Result<i32> {
+    if args.device == DeviceRequest::Auto {
+        return Err(UsageError::new("trial needs a concrete --device (cpu or cuda:N)").into());
+    }
+    let (device, _) = device::resolve(args.device)?;
+    let spec = TrialSpec {
+        workload: super::workload_config(&args.workload)?,
+        device,
+        batch: args.batch,
+        steps: args.steps,
+    };
+    trial::run(&spec, &mut std::io::stdout().lock())?;
+    Ok(0)
+}

@@ -1,0 +1,220 @@
+//! Pure arithmetic: the least-squares line `peak = fixed + per_sample x batch`
+//! and the budget it is compared against. No I/O, no libtorch.
+use serde::{Deserialize, Serialize};
+
+/// A fitted memory line over measured (batch, bytes) points.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LinearFit {
+    /// Bytes that do not grow with the batch (weights, gradients, optimizer state, runtime).
+    pub fixed_bytes: f64,
+    /// Bytes added by each sample in the batch (activations and their gradients).
+    pub per_sample_bytes: f64,
+    /// Coefficient of determination, 1.0 for a perfect line.
+    pub r2: f64,
+    /// Number of points the line was fitted on.
+    pub points: usize,
+}
+
+/// r² from which a run of points counts as a straight line.
+pub const LINEAR_R2: f64 = 0.9999;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FitError {
+    #[error("a fit needs at least two different batch sizes, got {0}")]
+    TooFewBatches(usize),
+}
+
+impl LinearFit {
+    /// Ordinary least squares over `(batch, bytes)`.
+    pub fn fit(points: &[(u64, u64)]) -> Result<LinearFit, FitError> {
+        let mut batches: Vec<u64> = points.iter().map(|p| p.0).collect();
+        batches.sort_unstable();
+        batches.dedup();
+        if batches.len() < 2 {
+            return Err(FitError::TooFewBatches(batches.len()));
+        }
+        let n = points.len() as f64;
+        let mean_x = points.iter().map(|p| p.0 as f64).sum::<f64>() / n;
+        let mean_y = points.iter().map(|p| p.1 as f64).sum::<f64>() / n;
+        let (mut sxy, mut sxx) = (0.0, 0.0);
+        for &(x, y) in points {
+            let dx = x as f64 - mean_x;
+            sxy += dx * (y as f64 - mean_y);
+            sxx += dx * dx;
+        }
+        let per_sample = sxy / sxx;
+        let fixed = mean_y - per_sample * mean_x;
+        let (mut ss_res, mut ss_tot) = (0.0, 0.0);
+        for &(x, y) in points {
+            let predicted = fixed + per_sample * x as f64;
+            ss_res += (y as f64 - predicted).powi(2);
+            ss_tot += (y as f64 - mean_y).powi(2);
+        }
+        // A flat, exact line explains everything there is to explain.
+        let r2 = if ss_tot == 0.0 {
+            1.0
+        } else {
+            1.0 - ss_res / ss_tot
+        };
+        Ok(LinearFit {
+            fixed_bytes: fixed,
+            per_sample_bytes: per_sample,
+            r2,
+            points: points.len(),
+        })
+    }
+
+    /// Fits the regime that matters for the limit: the longest run of the
+    /// largest batches that lies on a line (r² >= [`LINEAR_R2`]). Small batches
+    /// can peak elsewhere in the step (for example in the optimizer step,
+    /// before activations dominate), which bends the curve near the origin.
+    /// Falls back to the three largest batches when no run is that straight.
+    pub fn fit_upper_regime(points: &[(u64, u64)]) -> Result<LinearFit, FitError> {
+        let mut sorted = points.to_vec();
+        sorted.sort_unstable();
+        let n = sorted.len();
+        if n <= 3 {
+            return LinearFit::fit(&sorted);
+        }
+        for start in 0..=n - 3 {
+            let fit = LinearFit::fit(&sorted[start..])?;
+            if fit.r2 >= LINEAR_R2 {
+                return Ok(fit);
+            }
+        }
+        LinearFit::fit(&sorted[n - 3..])
+    }
+
+    /// Predicted peak bytes at `batch`.
+    pub fn predict(&self, batch: u64) -> f64 {
+        self.fixed_bytes + self.per_sample_bytes * batch as f64
+    }
+
+    /// The largest batch whose predicted peak stays within `budget_bytes`:
+    /// `None` when the memory does not grow with the batch (no limit to find),
+    /// `Some(0)` when not even batch 1 fits.
+    pub fn max_batch_within(&self, budget_bytes: u64) -> Option<u64> {
+        if self.per_sample_bytes <= 0.0 {
+            return None;
+        }
+        let room = budget_bytes as f64 - self.fixed_bytes;
+        if room < self.per_sample_bytes {
+            return Some(0);
+        }
+        Some((room / self.per_sample_bytes).floor() as u64)
+    }
+}
+
+/// What the peak must stay under: capacity minus the safety margin minus
+/// memory the framework does not account for (the CUDA context, or on the CPU
+/// the process's memory outside libtorch's allocator).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    pub capacity_bytes: u64,
+    /// Fraction of the capacity kept free, e.g. 0.10.
+    pub margin_fraction: f64,
+    pub non_pytorch_bytes: u64,
+    pub budget_bytes: u64,
+}
+
+impl Budget {
+    pub fn new(capacity_bytes: u64, margin_fraction: f64, non_pytorch_bytes: u64) -> Budget {
+        let margin = (capacity_bytes as f64 * margin_fraction).ceil() as u64;
+        Budget {
+            capacity_bytes,
+            margin_fraction,
+            non_pytorch_bytes,
+            budget_bytes: capacity_bytes
+                .saturating_sub(margin)
+                .saturating_sub(non_pytorch_bytes),
+        }
+    }
+
+    /// Bytes left free on the device when the peak is `peak_bytes`.
+    pub fn headroom(&self, peak_bytes: f64) -> f64 {
+        self.capacity_bytes as f64 - self.non_pytorch_bytes as f64 - peak_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_line_is_recovered_with_r2_of_one() {
+        let points: Vec<(u64, u64)> = [1u64, 2, 4, 8]
+            .iter()
+            .map(|&b| (b, 1000 + 250 * b))
+            .collect();
+        let fit = LinearFit::fit(&points).unwrap();
+        assert!((fit.fixed_bytes - 1000.0).abs() < 1e-6);
+        assert!((fit.per_sample_bytes - 250.0).abs() < 1e-9);
+        assert_eq!(fit.r2, 1.0);
+        assert_eq!(fit.points, 4);
+        assert_eq!(fit.predict(16), 5000.0);
+    }
+
+    #[test]
+    fn noisy_points_give_r2_below_one() {
+        let fit = LinearFit::fit(&[(1, 100), (2, 260), (3, 290), (4, 420)]).unwrap();
+        assert!(fit.r2 < 1.0 && fit.r2 > 0.9, "r2 = {}", fit.r2);
+    }
+
+    #[test]
+    fn a_bend_at_small_batches_is_left_out_of_the_fit() {
+        // Synthetic: peak = max(5000, 1000 + 1000 b), flat until batch 4.
+        let points: Vec<(u64, u64)> = [1u64, 2, 4, 8, 16, 32]
+            .iter()
+            .map(|&b| (b, 5000.max(1000 + 1000 * b)))
+            .collect();
+        assert!(LinearFit::fit(&points).unwrap().r2 < LINEAR_R2);
+        let fit = LinearFit::fit_upper_regime(&points).unwrap();
+        assert_eq!(fit.points, 4);
+        assert!((fit.per_sample_bytes - 1000.0).abs() < 1e-9);
+        assert!((fit.fixed_bytes - 1000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_curve_with_no_straight_run_uses_the_three_largest_batches() {
+        let points: Vec<(u64, u64)> = [1u64, 2, 3, 4, 5]
+            .iter()
+            .map(|&b| (b, b * b * 100))
+            .collect();
+        let fit = LinearFit::fit_upper_regime(&points).unwrap();
+        assert_eq!(fit.points, 3);
+        assert!((fit.per_sample_bytes - 800.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn one_batch_size_cannot_be_fitted() {
+        assert_eq!(
+            LinearFit::fit(&[(4, 10), (4, 12)]),
+            Err(FitError::TooFewBatches(1))
+        );
+        assert_eq!(LinearFit::fit(&[]), Err(FitError::TooFewBatches(0)));
+    }
+
+    #[test]
+    fn max_batch_is_the_floor_of_the_room_per_sample() {
+        let fit = LinearFit::fit(&[(1, 1250), (2, 1500)]).unwrap();
+        assert_eq!(fit.max_batch_within(3499), Some(9));
+        assert_eq!(fit.max_batch_within(3500), Some(10));
+        assert_eq!(fit.max_batch_within(1100), Some(0));
+        assert_eq!(fit.max_batch_within(0), Some(0));
+    }
+
+    #[test]
+    fn flat_memory_has_no_batch_limit() {
+        let fit = LinearFit::fit(&[(1, 500), (8, 500)]).unwrap();
+        assert_eq!(fit.r2, 1.0);
+        assert_eq!(fit.max_batch_within(10_000), None);
+    }
+
+    #[test]
+    fn budget_subtracts_margin_and_foreign_usage() {
+        let b = Budget::new(1000, 0.10, 50);
+        assert_eq!(b.budget_bytes, 850);
+        assert_eq!(b.headroom(800.0), 150.0);
+        assert_eq!(Budget::new(100, 0.5, 500).budget_bytes, 0);
+    }
+}

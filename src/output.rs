@@ -1,0 +1,91 @@
+//! The run folder and atomic file writes: a file is written to a temporary
+//! name in the same folder, synced, then renamed over the target, so a reader
+//! (or a crash) never sees a half-written file.
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::error::UsageError;
+
+/// Writes `bytes` to `path` atomically.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("writing {}", path.display()))
+}
+
+/// Creates the output folder: `--out DIR` as given, or a new timestamped
+/// folder under `runs/`. Checks it is writable before any trial runs.
+pub fn prepare_out_dir(out: Option<&Path>, model: &str, stamp: &str) -> Result<PathBuf> {
+    let dir = match out {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            let base = PathBuf::from("runs").join(format!("{stamp}-{model}"));
+            let mut dir = base.clone();
+            let mut n = 2;
+            while dir.exists() {
+                dir = PathBuf::from(format!("{}-{n}", base.display()));
+                n += 1;
+            }
+            dir
+        }
+    };
+    let unusable = |e: &dyn std::fmt::Display| {
+        UsageError::new(format!(
+            "cannot write to the output folder {}: {e}",
+            dir.display()
+        ))
+    };
+    fs::create_dir_all(&dir).map_err(|e| unusable(&e))?;
+    let probe = dir.join(format!(".write-test-{}", std::process::id()));
+    fs::write(&probe, b"").map_err(|e| unusable(&e))?;
+    let _ = fs::remove_file(&probe);
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plan.csv");
+        write_atomic(&path, b"old").unwrap();
+        write_atomic(&path, b"new").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_missing_folder_is_an_error_not_a_partial_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("no/such/dir/plan.csv");
+        assert!(write_atomic(&path, b"x").is_err());
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn an_unwritable_out_dir_is_a_usage_error() {
+        let err = prepare_out_dir(Some(Path::new("/proc/vramprobe-out")), "m", "s").unwrap_err();
+        assert!(err.is::<UsageError>(), "{err}");
+    }
+}

@@ -1,0 +1,125 @@
+//! What a trial child streams to its parent, one JSON object per line, and
+//! how a trial ended. These types are the contract between the two processes.
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::nvml::NvmlReading;
+
+/// One training step's timings and memory readings. Fields that a device
+/// does not have (reserved on the CPU, host RSS on CUDA) are `None`, which
+/// the CSV files write as empty cells.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Filled in by the parent (the child does not know its trial number).
+    #[serde(default)]
+    pub trial: u32,
+    pub step: u32,
+    pub batch: u64,
+    pub step_seconds: f64,
+    pub data_seconds: f64,
+    pub forward_seconds: f64,
+    pub backward_seconds: f64,
+    pub optimizer_seconds: f64,
+    pub samples_per_second: f64,
+    /// Bytes held at the end of the step (CUDA: allocator; CPU: host tracker).
+    pub allocated_bytes: u64,
+    /// Highest bytes held at any moment during the step.
+    pub peak_allocated_bytes: u64,
+    pub reserved_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub active_bytes: Option<u64>,
+    pub peak_active_bytes: Option<u64>,
+    pub inactive_split_bytes: Option<u64>,
+    pub requested_bytes: Option<u64>,
+    pub peak_requested_bytes: Option<u64>,
+    pub alloc_retries: Option<u64>,
+    pub ooms: Option<u64>,
+    pub nvml_used_bytes: Option<u64>,
+    pub nvml_free_bytes: Option<u64>,
+    pub nvml_total_bytes: Option<u64>,
+    pub nvml_gpu_util_percent: Option<u32>,
+    pub nvml_mem_util_percent: Option<u32>,
+    pub nvml_temperature_c: Option<u32>,
+    pub nvml_power_watts: Option<f64>,
+    pub nvml_sm_clock_mhz: Option<u32>,
+    pub nvml_process_used_bytes: Option<u64>,
+    /// CPU only: the trial process's peak resident set size so far.
+    pub host_peak_rss_bytes: Option<u64>,
+}
+
+impl StepRecord {
+    pub fn set_nvml(&mut self, r: NvmlReading) {
+        self.nvml_used_bytes = r.used_bytes;
+        self.nvml_free_bytes = r.free_bytes;
+        self.nvml_total_bytes = r.total_bytes;
+        self.nvml_gpu_util_percent = r.gpu_util_percent;
+        self.nvml_mem_util_percent = r.mem_util_percent;
+        self.nvml_temperature_c = r.temperature_c;
+        self.nvml_power_watts = r.power_watts;
+        self.nvml_sm_clock_mhz = r.sm_clock_mhz;
+        self.nvml_process_used_bytes = r.process_used_bytes;
+    }
+
+    /// Memory outside the framework's allocator at the end of this step: on
+    /// CUDA, NVML's count for this process (or the device) minus reserved;
+    /// on the CPU, peak RSS minus the tracked peak.
+    pub fn non_pytorch_bytes(&self) -> Option<u64> {
+        if let Some(reserved) = self.reserved_bytes {
+            let used = self.nvml_process_used_bytes.or(self.nvml_used_bytes)?;
+            return Some(used.saturating_sub(reserved));
+        }
+        let rss = self.host_peak_rss_bytes?;
+        Some(rss.saturating_sub(self.peak_allocated_bytes))
+    }
+}
+
+/// How a trial ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Every step ran.
+    Fits,
+    /// An allocation failed somewhere in the step (forward, backward, optimizer or data).
+    Oom,
+    /// Any other failure inside the trial.
+    Error,
+    /// The child died from a signal (the kernel's OOM killer sends SIGKILL).
+    Killed,
+    /// The child ran past `--trial-timeout` and was killed.
+    Timeout,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Outcome::Fits => "fits",
+            Outcome::Oom => "oom",
+            Outcome::Error => "error",
+            Outcome::Killed => "killed",
+            Outcome::Timeout => "timeout",
+        })
+    }
+}
+
+/// One line of the child's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Message {
+    /// The model is built and its parameters are in place.
+    Start {
+        parameters: i64,
+        parameter_bytes: u64,
+        /// Bytes held after building the model, before the first step.
+        baseline_bytes: u64,
+        device_name: String,
+        device_total_bytes: Option<u64>,
+    },
+    Step(StepRecord),
+    End {
+        outcome: Outcome,
+        message: Option<String>,
+        /// The step that failed, if one did (1-based).
+        failed_step: Option<u32>,
+    },
+}

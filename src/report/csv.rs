@@ -1,0 +1,165 @@
+//! The CSV files: `steps.csv` (every step), `sweep.csv` (one row per trial)
+//! and `plan.csv` (the recommendation, read by the trainer and spreadsheets).
+//! Plain numbers, units in the column names, empty cells for "not measured".
+use serde::{Deserialize, Serialize};
+
+use super::Report;
+use crate::sweep::runner::TrialResult;
+use crate::units::format_input;
+
+/// Version of the plan.csv columns; bump it when they change.
+pub const PLAN_SCHEMA_VERSION: u32 = 1;
+
+fn to_csv<T: Serialize>(
+    rows: impl IntoIterator<Item = T>,
+    header_if_empty: &[&str],
+) -> anyhow::Result<Vec<u8>> {
+    let mut w = ::csv::Writer::from_writer(Vec::new());
+    let mut any = false;
+    for row in rows {
+        w.serialize(row)?;
+        any = true;
+    }
+    if !any {
+        w.write_record(header_if_empty)?;
+    }
+    Ok(w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)
+}
+
+/// Column names of a struct, for the header of an empty file.
+fn header_of<T: Serialize + Default>() -> Vec<String> {
+    let mut w = ::csv::Writer::from_writer(Vec::new());
+    let _ = w.serialize(T::default());
+    let bytes = w.into_inner().unwrap_or_default();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn steps_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
+    let header = header_of::<crate::record::StepRecord>();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    to_csv(trials.iter().flat_map(|t| t.steps.iter()), &header)
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SweepRow {
+    pub trial: u32,
+    pub batch: u64,
+    pub outcome: String,
+    pub steps_completed: u32,
+    pub peak_allocated_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub nvml_used_bytes: Option<u64>,
+    pub host_peak_rss_bytes: Option<u64>,
+    pub non_pytorch_bytes: Option<u64>,
+    pub mean_step_seconds: Option<f64>,
+    pub samples_per_second: Option<f64>,
+    pub wall_seconds: f64,
+    pub failed_step: Option<u32>,
+    pub message: String,
+}
+
+pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
+    trials
+        .iter()
+        .map(|t| SweepRow {
+            trial: t.trial,
+            batch: t.batch,
+            outcome: t.outcome.to_string(),
+            steps_completed: t.steps.len() as u32,
+            peak_allocated_bytes: t.peak_allocated_bytes(),
+            peak_reserved_bytes: t.peak_reserved_bytes(),
+            nvml_used_bytes: t.nvml_used_bytes(),
+            host_peak_rss_bytes: t.host_peak_rss_bytes(),
+            non_pytorch_bytes: t.non_pytorch_bytes(),
+            mean_step_seconds: t.mean_step_seconds(),
+            samples_per_second: t.samples_per_second(),
+            wall_seconds: t.wall_seconds,
+            failed_step: t.failed_step,
+            message: t.message.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+pub fn sweep_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
+    let header = header_of::<SweepRow>();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    to_csv(sweep_rows(trials), &header)
+}
+
+/// One recommendation: the contract with the companion trainer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlanRow {
+    pub schema_version: u32,
+    pub model: String,
+    /// Channels x height x width, e.g. 3x224x224.
+    pub input: String,
+    pub classes: i64,
+    /// cpu or cuda:N.
+    pub device: String,
+    pub device_name: String,
+    /// train (eval comes later).
+    pub mode: String,
+    pub precision: String,
+    pub optimizer: String,
+    pub capacity_bytes: u64,
+    pub margin_fraction: f64,
+    pub non_pytorch_bytes: u64,
+    pub budget_bytes: u64,
+    /// peak_allocated (CPU) or peak_reserved (CUDA).
+    pub fit_basis: String,
+    pub fixed_bytes: Option<i64>,
+    pub per_sample_bytes: Option<i64>,
+    pub r2: Option<f64>,
+    pub fit_points: usize,
+    pub max_batch: u64,
+    /// measured or predicted.
+    pub max_batch_source: String,
+    pub recommended_batch: u64,
+    pub recommended_verified: bool,
+    pub recommended_peak_bytes: Option<i64>,
+    pub headroom_bytes: Option<i64>,
+    pub largest_measured_batch: Option<u64>,
+}
+
+pub fn plan_row(report: &Report) -> Option<PlanRow> {
+    let a = report.analysis.as_ref()?;
+    Some(PlanRow {
+        schema_version: PLAN_SCHEMA_VERSION,
+        model: report.workload.model.clone(),
+        input: format_input(&report.workload.input),
+        classes: report.workload.classes,
+        device: report.device.clone(),
+        device_name: report.device_name.clone().unwrap_or_default(),
+        mode: "train".into(),
+        precision: "fp32".into(),
+        optimizer: report.workload.optimizer.name().into(),
+        capacity_bytes: a.budget.capacity_bytes,
+        margin_fraction: a.budget.margin_fraction,
+        non_pytorch_bytes: a.budget.non_pytorch_bytes,
+        budget_bytes: a.budget.budget_bytes,
+        fit_basis: a.fit_basis.name().into(),
+        fixed_bytes: a.fit.map(|f| f.fixed_bytes.round() as i64),
+        per_sample_bytes: a.fit.map(|f| f.per_sample_bytes.round() as i64),
+        r2: a.fit.map(|f| f.r2),
+        fit_points: a.fit.map_or(0, |f| f.points),
+        max_batch: a.max_batch,
+        max_batch_source: a.max_batch_source.name().into(),
+        recommended_batch: a.recommended_batch,
+        recommended_verified: a.recommended_verified,
+        recommended_peak_bytes: a.recommended_peak_bytes.map(|p| p.round() as i64),
+        headroom_bytes: a.headroom_bytes.map(|h| h.round() as i64),
+        largest_measured_batch: a.largest_fitting_batch,
+    })
+}
+
+pub fn plan_csv(report: &Report) -> anyhow::Result<Vec<u8>> {
+    let header = header_of::<PlanRow>();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    to_csv(plan_row(report), &header)
+}

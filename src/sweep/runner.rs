@@ -1,0 +1,280 @@
+//! The parent side of a trial: spawn `vramprobe trial`, read its records as
+//! they come, enforce the timeout on its whole process group, and classify
+//! how it ended without ever confusing an OOM, an error, a signal or a hang.
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::{Message, Outcome, StepRecord};
+use crate::trial::TrialSpec;
+use crate::units::format_input;
+
+/// Everything known about one finished trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialResult {
+    pub trial: u32,
+    pub batch: u64,
+    pub outcome: Outcome,
+    pub message: Option<String>,
+    pub failed_step: Option<u32>,
+    pub parameters: Option<i64>,
+    pub parameter_bytes: Option<u64>,
+    pub baseline_bytes: Option<u64>,
+    pub device_name: Option<String>,
+    pub device_total_bytes: Option<u64>,
+    pub wall_seconds: f64,
+    pub steps: Vec<StepRecord>,
+}
+
+impl TrialResult {
+    /// The highest peak allocated over the trial's steps.
+    pub fn peak_allocated_bytes(&self) -> Option<u64> {
+        self.steps.iter().map(|s| s.peak_allocated_bytes).max()
+    }
+
+    pub fn peak_reserved_bytes(&self) -> Option<u64> {
+        self.steps
+            .iter()
+            .filter_map(|s| s.peak_reserved_bytes)
+            .max()
+    }
+
+    pub fn nvml_used_bytes(&self) -> Option<u64> {
+        self.steps.iter().filter_map(|s| s.nvml_used_bytes).max()
+    }
+
+    pub fn host_peak_rss_bytes(&self) -> Option<u64> {
+        self.steps
+            .iter()
+            .filter_map(|s| s.host_peak_rss_bytes)
+            .max()
+    }
+
+    pub fn non_pytorch_bytes(&self) -> Option<u64> {
+        self.steps
+            .iter()
+            .filter_map(StepRecord::non_pytorch_bytes)
+            .max()
+    }
+
+    /// Mean step time, leaving out the first (warm-up) step when there are more.
+    pub fn mean_step_seconds(&self) -> Option<f64> {
+        let steps = if self.steps.len() > 1 {
+            &self.steps[1..]
+        } else {
+            &self.steps[..]
+        };
+        (!steps.is_empty())
+            .then(|| steps.iter().map(|s| s.step_seconds).sum::<f64>() / steps.len() as f64)
+    }
+
+    pub fn samples_per_second(&self) -> Option<f64> {
+        self.mean_step_seconds()
+            .filter(|&s| s > 0.0)
+            .map(|s| self.batch as f64 / s)
+    }
+}
+
+/// The command line of the child for `spec`.
+pub fn child_args(spec: &TrialSpec) -> Vec<String> {
+    let w = &spec.workload;
+    vec![
+        "trial".into(),
+        "--json".into(),
+        "--model".into(),
+        w.model.clone(),
+        "--input".into(),
+        format_input(&w.input),
+        "--classes".into(),
+        w.classes.to_string(),
+        "--optimizer".into(),
+        w.optimizer.name().into(),
+        "--lr".into(),
+        w.lr.to_string(),
+        "--device".into(),
+        spec.device.to_string(),
+        "--batch".into(),
+        spec.batch.to_string(),
+        "--steps".into(),
+        spec.steps.to_string(),
+    ]
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGINT => "SIGINT",
+        _ => "signal",
+    }
+}
+
+/// Runs one trial in a child process. `on_step` sees each step as it arrives.
+pub fn run_trial(
+    exe: &Path,
+    trial: u32,
+    spec: &TrialSpec,
+    timeout: Duration,
+    mut on_step: impl FnMut(&StepRecord),
+) -> TrialResult {
+    let started = Instant::now();
+    let mut result = TrialResult {
+        trial,
+        batch: spec.batch,
+        outcome: Outcome::Error,
+        message: None,
+        failed_step: None,
+        parameters: None,
+        parameter_bytes: None,
+        baseline_bytes: None,
+        device_name: None,
+        device_total_bytes: None,
+        wall_seconds: 0.0,
+        steps: Vec::new(),
+    };
+    let spawned = Command::new(exe)
+        .args(child_args(spec))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout kills everything it started.
+        .process_group(0)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            result.message = Some(format!(
+                "could not start the trial process {}: {e}",
+                exe.display()
+            ));
+            return result;
+        }
+    };
+
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        if let Some(stdout) = stdout {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let stderr = child.stderr.take();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut s) = stderr {
+            let _ = s.read_to_string(&mut text);
+        }
+        text
+    });
+
+    let deadline = started + timeout;
+    let mut ended: Option<(Outcome, Option<String>, Option<u32>)> = None;
+    let mut timed_out = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => match serde_json::from_str::<Message>(&line) {
+                Ok(Message::Start {
+                    parameters,
+                    parameter_bytes,
+                    baseline_bytes,
+                    device_name,
+                    device_total_bytes,
+                }) => {
+                    result.parameters = Some(parameters);
+                    result.parameter_bytes = Some(parameter_bytes);
+                    result.baseline_bytes = Some(baseline_bytes);
+                    result.device_name = Some(device_name);
+                    result.device_total_bytes = device_total_bytes;
+                }
+                Ok(Message::Step(mut rec)) => {
+                    rec.trial = trial;
+                    on_step(&rec);
+                    result.steps.push(rec);
+                }
+                Ok(Message::End {
+                    outcome,
+                    message,
+                    failed_step,
+                }) => ended = Some((outcome, message, failed_step)),
+                // Anything else on stdout (a library printing) is not ours.
+                Err(_) => {}
+            },
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                timed_out = true;
+                // SAFETY: kill(2) on the child's own process group.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                break;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let status = child.wait();
+    let _ = reader.join();
+    let stderr_text = stderr_reader.join().unwrap_or_default();
+    result.wall_seconds = started.elapsed().as_secs_f64();
+
+    let stderr_tail = || {
+        let lines: Vec<&str> = stderr_text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        lines[lines.len().saturating_sub(3)..].join(" | ")
+    };
+    if timed_out {
+        result.outcome = Outcome::Timeout;
+        result.message = Some(format!(
+            "no result within the {}s trial timeout; the trial's process group was killed",
+            timeout.as_secs()
+        ));
+    } else if let Some((outcome, message, failed_step)) = ended {
+        result.outcome = outcome;
+        result.message = message;
+        result.failed_step = failed_step;
+    } else {
+        match status {
+            Ok(s) if s.signal().is_some() => {
+                let sig = s.signal().unwrap_or(0);
+                result.outcome = Outcome::Killed;
+                let hint = if sig == libc::SIGKILL {
+                    " (on the CPU, often the kernel's OOM killer)"
+                } else {
+                    ""
+                };
+                result.message = Some(format!(
+                    "the trial process was killed by {} ({sig}){hint}",
+                    signal_name(sig)
+                ));
+            }
+            Ok(s) => {
+                result.outcome = Outcome::Error;
+                let tail = stderr_tail();
+                result.message = Some(format!(
+                    "the trial process exited with {} before reporting a result{}",
+                    s.code()
+                        .map_or_else(|| "no code".into(), |c| format!("code {c}")),
+                    if tail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {tail}")
+                    }
+                ));
+            }
+            Err(e) => result.message = Some(format!("waiting for the trial process failed: {e}")),
+        }
+        result.failed_step = Some(result.steps.len() as u32 + 1);
+    }
+    result
+}

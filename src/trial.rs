@@ -1,0 +1,110 @@
+//! The child side of a trial (`vramprobe trial ... --json`): build the model
+//! on the device, run N training steps at one batch size, and stream one
+//! JSON [`Message`] per line on stdout. Runs in its own process so that an
+//! OOM, a crash or a hang stays inside it, and every trial starts with a
+//! fresh allocator.
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::device::probe::Probe;
+use crate::device::Device;
+use crate::model;
+use crate::record::{Message, Outcome, StepRecord};
+use crate::workload::{StepError, Workload, WorkloadConfig};
+
+/// One trial's parameters, as the parent passes them on the command line.
+#[derive(Debug, Clone)]
+pub struct TrialSpec {
+    pub workload: WorkloadConfig,
+    pub device: Device,
+    pub batch: u64,
+    pub steps: u32,
+}
+
+fn emit(out: &mut impl Write, msg: &Message) -> Result<()> {
+    serde_json::to_writer(&mut *out, msg)?;
+    out.write_all(b"\n")?;
+    // The parent reads line by line: flush so a later crash loses nothing.
+    out.flush().context("writing a trial record")
+}
+
+fn end(out: &mut impl Write, err: &StepError, failed_step: Option<u32>) -> Result<()> {
+    let outcome = if err.oom {
+        Outcome::Oom
+    } else {
+        Outcome::Error
+    };
+    emit(
+        out,
+        &Message::End {
+            outcome,
+            message: Some(err.to_string()),
+            failed_step,
+        },
+    )
+}
+
+/// Runs the trial, writing its messages to `out`. Returns an error only when
+/// the records themselves cannot be written; step failures are outcomes.
+pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
+    // tch reports some libtorch errors by panicking; they are caught and
+    // classified, so the default hook's message would only be noise.
+    std::panic::set_hook(Box::new(|_| {}));
+
+    let model_spec = model::find(&spec.workload.model)?;
+    let (probe, notes) = Probe::open(spec.device).context("starting memory tracking")?;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    let mut workload = match Workload::new(model_spec, spec.workload.clone(), spec.device) {
+        Ok(w) => w,
+        Err(e) => return end(out, &e, None),
+    };
+    let (device_name, device_total_bytes) = probe.describe();
+    emit(
+        out,
+        &Message::Start {
+            parameters: workload.parameters(),
+            parameter_bytes: workload.parameter_bytes(),
+            baseline_bytes: probe.current_bytes(),
+            device_name,
+            device_total_bytes,
+        },
+    )?;
+    for step in 1..=spec.steps {
+        probe.reset_peak();
+        let started = Instant::now();
+        let times = match workload.step(spec.batch) {
+            Ok(t) => t,
+            Err(e) => return end(out, &e, Some(step)),
+        };
+        let wall = started.elapsed().as_secs_f64();
+        let mut rec = StepRecord {
+            step,
+            batch: spec.batch,
+            step_seconds: wall,
+            data_seconds: times.data,
+            forward_seconds: times.forward,
+            backward_seconds: times.backward,
+            optimizer_seconds: times.optimizer,
+            samples_per_second: if wall > 0.0 {
+                spec.batch as f64 / wall
+            } else {
+                0.0
+            },
+            ..StepRecord::default()
+        };
+        probe.read_into(&mut rec);
+        emit(out, &Message::Step(rec))?;
+    }
+    emit(
+        out,
+        &Message::End {
+            outcome: Outcome::Fits,
+            message: None,
+            failed_step: None,
+        },
+    )
+}
