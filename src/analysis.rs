@@ -94,6 +94,9 @@ pub struct AnalysisInput {
     pub multiple_of: u64,
 }
 
+/// Reads one peak series off a trial.
+type PeakOf = fn(&TrialResult) -> Option<u64>;
+
 fn fit_series(
     trials: &[&TrialResult],
     value: impl Fn(&TrialResult) -> Option<u64>,
@@ -136,23 +139,20 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     let allocated_fit = fit_series(&fits, TrialResult::peak_allocated_bytes);
     let reserved_fit = fit_series(&fits, TrialResult::peak_reserved_bytes);
     let nvml_used_fit = fit_series(&fits, TrialResult::nvml_used_bytes);
-    let (fit_basis, fit, limiting_peak): (
-        FitBasis,
-        Option<LinearFit>,
-        fn(&TrialResult) -> Option<u64>,
-    ) = if input.device.is_cuda() && reserved_fit.is_some() {
-        (
-            FitBasis::PeakReserved,
-            reserved_fit,
-            TrialResult::peak_reserved_bytes,
-        )
-    } else {
-        (
-            FitBasis::PeakAllocated,
-            allocated_fit,
-            TrialResult::peak_allocated_bytes,
-        )
-    };
+    let (fit_basis, fit, limiting_peak): (FitBasis, Option<LinearFit>, PeakOf) =
+        if input.device.is_cuda() && reserved_fit.is_some() {
+            (
+                FitBasis::PeakReserved,
+                reserved_fit,
+                TrialResult::peak_reserved_bytes,
+            )
+        } else {
+            (
+                FitBasis::PeakAllocated,
+                allocated_fit,
+                TrialResult::peak_allocated_bytes,
+            )
+        };
     if fit.is_none() && !fits.is_empty() {
         notes.push("fewer than two batch sizes fit: no line could be fitted, so the max batch is the largest measured".into());
     }
@@ -212,7 +212,9 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         None => Vec::new(),
     };
     if let Some(f) = fit {
-        if f.r2 < 0.99 {
+        if f.per_sample_bytes <= 0.0 {
+            notes.push("peak memory did not grow with the batch over the measured range: the limit lies beyond it; run larger batches (--max-batch or --batches)".into());
+        } else if f.r2 < 0.99 {
             notes.push(format!(
                 "the memory line fits poorly (r² = {:.4}): treat predictions with care",
                 f.r2

@@ -48,13 +48,13 @@ pub struct WorkloadArgs {
     #[arg(long, value_name = "CxHxW", value_parser = parse_input)]
     pub input: Option<InputShape>,
     /// Number of classes [default: the model's own, 1000 for ImageNet models].
-    #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_negative_numbers = true)]
     pub classes: Option<i64>,
     /// Optimizer, with PyTorch's defaults (SGD with momentum 0.9).
     #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
     pub optimizer: OptimizerKind,
     /// Learning rate.
-    #[arg(long, default_value_t = 1e-3, value_parser = parse_lr)]
+    #[arg(long, default_value_t = 1e-3, allow_hyphen_values = true, value_parser = parse_lr)]
     pub lr: f64,
 }
 
@@ -67,26 +67,26 @@ pub struct SweepArgs {
     pub device: DeviceRequest,
     /// Explicit batch sizes, e.g. 1,2,4,8 [default: double from 1 until an OOM,
     /// the budget or --max-batch].
-    #[arg(long, value_parser = parse_batches)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_batches)]
     pub batches: Option<Batches>,
     /// Largest batch to run [default: none on CUDA; 64 on the CPU, where steps are slow].
-    #[arg(long, value_parser = parse_batch)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
     pub max_batch: Option<u64>,
     /// Training steps per trial (at least 2: the optimizer state is allocated
     /// during the first step, so the steady-state peak shows from the second).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
     pub steps: u32,
     /// Memory to plan for instead of the device's total, e.g. 6GiB or 8GB.
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_bytes)]
     pub capacity: Option<u64>,
     /// Share of the capacity kept free, e.g. 10% or 0.1.
-    #[arg(long, default_value = "10%", value_parser = parse_margin)]
+    #[arg(long, default_value = "10%", allow_hyphen_values = true, value_parser = parse_margin)]
     pub margin: f64,
     /// Round the recommended batch down to a multiple of this (8 suits tensor cores).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub multiple_of: u64,
     /// Seconds before a trial that has not finished is killed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub trial_timeout: u64,
     /// Output folder [default: a new folder runs/<time>-<model>].
     #[arg(long)]
@@ -109,9 +109,9 @@ pub struct TrialArgs {
     pub workload: WorkloadArgs,
     #[arg(long, value_parser = parse_device)]
     pub device: DeviceRequest,
-    #[arg(long, value_parser = parse_batch)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
     pub batch: u64,
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
     pub steps: u32,
     /// Stream one JSON record per line (the only output format).
     #[arg(long, required = true)]

@@ -115,7 +115,7 @@ pub enum Message {
         device_name: String,
         device_total_bytes: Option<u64>,
     },
-    Step(StepRecord),
+    Step(Box<StepRecord>),
     End {
         outcome: Outcome,
         message: Option<String>,

@@ -97,7 +97,7 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             ..StepRecord::default()
         };
         probe.read_into(&mut rec);
-        emit(out, &Message::Step(rec))?;
+        emit(out, &Message::Step(Box::new(rec)))?;
     }
     emit(
         out,

@@ -23,7 +23,7 @@ fn to_csv<T: Serialize>(
     if !any {
         w.write_record(header_if_empty)?;
     }
-    Ok(w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)
+    w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Column names of a struct, for the header of an empty file.

@@ -202,7 +202,7 @@ pub fn run_trial(
                 Ok(Message::Step(mut rec)) => {
                     rec.trial = trial;
                     on_step(&rec);
-                    result.steps.push(rec);
+                    result.steps.push(*rec);
                 }
                 Ok(Message::End {
                     outcome,

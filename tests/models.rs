@@ -1,0 +1,44 @@
+//! Every built-in model has torchvision's parameter count for the same name
+//! (values computed once with torchvision 0.28: sum(p.numel() for p in
+//! model.parameters()), default constructor arguments).
+use vramprobe::model;
+
+const TORCHVISION_PARAMETERS: [(&str, i64); 14] = [
+    ("resnet18", 11_689_512),
+    ("resnet34", 21_797_672),
+    ("resnet50", 25_557_032),
+    ("resnet101", 44_549_160),
+    ("resnet152", 60_192_808),
+    ("vgg11", 132_863_336),
+    ("vgg16", 138_357_544),
+    ("vgg16_bn", 138_365_992),
+    ("densenet121", 7_978_856),
+    ("mobilenet_v2", 3_504_872),
+    ("efficientnet_b0", 5_288_548),
+    ("squeezenet1_1", 1_235_496),
+    ("alexnet", 61_100_840),
+    ("inception_v3", 27_161_264),
+];
+
+#[test]
+fn parameter_counts_equal_torchvision() {
+    assert_eq!(model::all().len(), TORCHVISION_PARAMETERS.len());
+    for (name, expected) in TORCHVISION_PARAMETERS {
+        let spec = model::find(name).unwrap();
+        assert_eq!(
+            spec.parameter_count(spec.default_classes),
+            expected,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn unknown_models_list_the_known_ones() {
+    let err = model::find("resnet19").err().unwrap().to_string();
+    assert!(err.contains("unknown model 'resnet19'"), "{err}");
+    assert!(
+        err.contains("resnet18") && err.contains("inception_v3"),
+        "{err}"
+    );
+}

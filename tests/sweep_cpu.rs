@@ -1,0 +1,276 @@
+//! Real CPU sweeps through the binary: exact, linear, predictive, and with
+//! output files that parse back with stable headers.
+use std::path::Path;
+
+use assert_cmd::Command;
+use vramprobe::record::{Message, Outcome, StepRecord};
+use vramprobe::report::csv::{PlanRow, SweepRow};
+
+fn vramprobe() -> Command {
+    Command::cargo_bin("vramprobe").unwrap()
+}
+
+fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> (Vec<String>, Vec<T>) {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    let header = r.headers().unwrap().iter().map(str::to_string).collect();
+    let rows = r.deserialize().collect::<Result<Vec<T>, _>>().unwrap();
+    (header, rows)
+}
+
+/// Runs one trial child directly and returns its messages.
+fn trial(args: &[&str]) -> Vec<Message> {
+    let out = vramprobe()
+        .arg("trial")
+        .arg("--json")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_small_cpu_sweep_is_linear_and_predicts_a_held_out_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    // SGD at 64x64: activations outgrow the optimizer's temporaries from
+    // batch 1 on (with Adam at this size the peak sits in the optimizer step
+    // and stays flat up to batch 8).
+    let base = [
+        "--model",
+        "resnet18",
+        "--input",
+        "3x64x64",
+        "--classes",
+        "10",
+        "--optimizer",
+        "sgd",
+        "--device",
+        "cpu",
+    ];
+    let mut args = vec!["sweep"];
+    args.extend(base);
+    args.extend([
+        "--batches",
+        "1,2,4,8,16,32",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let run = vramprobe().args(&args).output().unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.contains("recommended batch") && stdout.contains("per sample"),
+        "{stdout}"
+    );
+
+    // sweep.csv: every trial fits and peaks strictly increase with the batch.
+    let (_, trials) = read_csv::<SweepRow>(&out.join("sweep.csv"));
+    assert_eq!(
+        trials.iter().map(|t| t.batch).collect::<Vec<_>>(),
+        vec![1, 2, 4, 8, 16, 32]
+    );
+    assert!(trials
+        .iter()
+        .all(|t| t.outcome == "fits" && t.steps_completed == 3));
+    let peaks: Vec<u64> = trials
+        .iter()
+        .map(|t| t.peak_allocated_bytes.unwrap())
+        .collect();
+    assert!(peaks.windows(2).all(|w| w[0] < w[1]), "{peaks:?}");
+
+    // steps.csv holds every step, consistent with sweep.csv.
+    let (_, steps) = read_csv::<StepRecord>(&out.join("steps.csv"));
+    assert_eq!(steps.len(), 18);
+    for t in &trials {
+        let max = steps
+            .iter()
+            .filter(|s| s.trial == t.trial)
+            .map(|s| s.peak_allocated_bytes)
+            .max();
+        assert_eq!(max, t.peak_allocated_bytes);
+    }
+
+    // plan.csv: a straight line.
+    let (_, plan) = read_csv::<PlanRow>(&out.join("plan.csv"));
+    assert_eq!(plan.len(), 1);
+    let p = &plan[0];
+    assert_eq!(
+        (
+            p.model.as_str(),
+            p.input.as_str(),
+            p.device.as_str(),
+            p.fit_basis.as_str()
+        ),
+        ("resnet18", "3x64x64", "cpu", "peak_allocated")
+    );
+    assert!(p.r2.unwrap() >= 0.999, "r2 {:?}", p.r2);
+    assert!(p.max_batch > 32 && p.recommended_batch == p.max_batch);
+
+    // A batch the fit never saw: the prediction is within 1% of the measured peak.
+    let mut held_out = base.to_vec();
+    held_out.extend(["--batch", "24"]);
+    let measured = trial(&held_out)
+        .iter()
+        .filter_map(|m| match m {
+            Message::Step(s) => Some(s.peak_allocated_bytes),
+            _ => None,
+        })
+        .max()
+        .unwrap() as f64;
+    let predicted = p.fixed_bytes.unwrap() as f64 + 24.0 * p.per_sample_bytes.unwrap() as f64;
+    let error = (predicted - measured).abs() / measured;
+    assert!(
+        error < 0.01,
+        "predicted {predicted}, measured {measured}: {:.3}% off",
+        error * 100.0
+    );
+
+    // report.json has the environment and the command line.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["status"], "complete");
+    assert_eq!(report["environment"]["torch_version"], "2.13.0");
+    assert!(report["command_line"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "--batches"));
+}
+
+#[test]
+fn csv_headers_are_stable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = vramprobe()
+        .args([
+            "sweep",
+            "--model",
+            "squeezenet1_1",
+            "--input",
+            "3x32x32",
+            "--device",
+            "cpu",
+            "--batches",
+            "1,2",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let header = |name: &str| {
+        std::fs::read_to_string(out.join(name))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        header("plan.csv"),
+        "schema_version,model,input,classes,device,device_name,mode,precision,optimizer,capacity_bytes,margin_fraction,non_pytorch_bytes,budget_bytes,fit_basis,fixed_bytes,per_sample_bytes,r2,fit_points,max_batch,max_batch_source,recommended_batch,recommended_verified,recommended_peak_bytes,headroom_bytes,largest_measured_batch"
+    );
+    assert_eq!(
+        header("sweep.csv"),
+        "trial,batch,outcome,steps_completed,peak_allocated_bytes,peak_reserved_bytes,nvml_used_bytes,host_peak_rss_bytes,non_pytorch_bytes,mean_step_seconds,samples_per_second,wall_seconds,failed_step,message"
+    );
+    assert_eq!(
+        header("steps.csv"),
+        "trial,step,batch,step_seconds,data_seconds,forward_seconds,backward_seconds,optimizer_seconds,samples_per_second,allocated_bytes,peak_allocated_bytes,reserved_bytes,peak_reserved_bytes,active_bytes,peak_active_bytes,inactive_split_bytes,requested_bytes,peak_requested_bytes,alloc_retries,ooms,nvml_used_bytes,nvml_free_bytes,nvml_total_bytes,nvml_gpu_util_percent,nvml_mem_util_percent,nvml_temperature_c,nvml_power_watts,nvml_sm_clock_mhz,nvml_process_used_bytes,host_peak_rss_bytes"
+    );
+    // CPU rows leave the CUDA columns empty rather than writing zeros.
+    let (_, steps) = read_csv::<StepRecord>(&out.join("steps.csv"));
+    assert!(steps.iter().all(|s| s.reserved_bytes.is_none()
+        && s.nvml_used_bytes.is_none()
+        && s.host_peak_rss_bytes.is_some()));
+    // The plan parses back into the trainer's type with its schema version.
+    let (_, plan) = read_csv::<PlanRow>(&out.join("plan.csv"));
+    assert_eq!(
+        plan[0].schema_version,
+        vramprobe::report::csv::PLAN_SCHEMA_VERSION
+    );
+}
+
+#[test]
+fn a_real_allocator_failure_is_classified_oom() {
+    // 10 million 3x224x224 f32 images are 6 TB: libtorch's CPU allocator refuses.
+    let messages = trial(&[
+        "--model", "resnet18", "--device", "cpu", "--batch", "10000000",
+    ]);
+    let Some(Message::End {
+        outcome,
+        message,
+        failed_step,
+    }) = messages.last()
+    else {
+        panic!("no end record: {messages:?}");
+    };
+    assert_eq!(*outcome, Outcome::Oom);
+    assert_eq!(*failed_step, Some(1));
+    let message = message.as_deref().unwrap();
+    assert!(
+        message.contains("out of memory in data creation")
+            && message.contains("can't allocate memory"),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "one line: {message}");
+}
+
+#[test]
+fn a_sweep_stops_at_the_first_oom_and_keeps_what_it_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = vramprobe()
+        .args([
+            "sweep",
+            "--model",
+            "squeezenet1_1",
+            "--input",
+            "3x32x32",
+            "--device",
+            "cpu",
+            "--batches",
+            "1,2,20000000,40000000",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let (_, trials) = read_csv::<SweepRow>(&out.join("sweep.csv"));
+    let outcomes: Vec<&str> = trials.iter().map(|t| t.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["fits", "fits", "oom"]);
+    let (_, plan) = read_csv::<PlanRow>(&out.join("plan.csv"));
+    assert!(plan[0].max_batch < 20_000_000);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert!(
+        report["notes"].to_string().contains("40000000"),
+        "{}",
+        report["notes"]
+    );
+}
