@@ -140,14 +140,23 @@ pub fn run_trial(
         wall_seconds: 0.0,
         steps: Vec::new(),
     };
-    let spawned = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(child_args(spec))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so a timeout kills everything it started.
-        .process_group(0)
-        .spawn();
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe. Outside the terminal's process
+    // group the child would not see Ctrl-C; it dies with its parent instead.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let spawned = command.spawn();
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
