@@ -85,6 +85,32 @@ impl LinearFit {
         LinearFit::fit(&sorted[n - 3..])
     }
 
+    /// A line robust to one bad reading (Theil-Sen): the median of the slopes
+    /// between every pair of points, and the median intercept under it. With
+    /// two points it is the line through them; on exact data, the exact line.
+    pub fn robust(points: &[(u64, u64)]) -> Result<LinearFit, FitError> {
+        let ordinary = LinearFit::fit(points)?;
+        let mut slopes = Vec::new();
+        for (i, a) in points.iter().enumerate() {
+            for b in &points[i + 1..] {
+                if a.0 != b.0 {
+                    slopes.push((b.1 as f64 - a.1 as f64) / (b.0 as f64 - a.0 as f64));
+                }
+            }
+        }
+        let slope = median(&mut slopes);
+        let mut intercepts: Vec<f64> = points.iter().map(|&(x, y)| y as f64 - slope * x as f64).collect();
+        let fixed = median(&mut intercepts);
+        let mean_y = points.iter().map(|p| p.1 as f64).sum::<f64>() / points.len() as f64;
+        let (mut ss_res, mut ss_tot) = (0.0, 0.0);
+        for &(x, y) in points {
+            ss_res += (y as f64 - fixed - slope * x as f64).powi(2);
+            ss_tot += (y as f64 - mean_y).powi(2);
+        }
+        let r2 = if ss_tot == 0.0 { ordinary.r2 } else { 1.0 - ss_res / ss_tot };
+        Ok(LinearFit { fixed_bytes: fixed, per_sample_bytes: slope, r2, points: points.len() })
+    }
+
     /// Predicted peak bytes at `batch`.
     pub fn predict(&self, batch: u64) -> f64 {
         self.fixed_bytes + self.per_sample_bytes * batch as f64
@@ -136,6 +162,16 @@ impl Budget {
     }
 }
 
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +219,17 @@ mod tests {
         let fit = LinearFit::fit_upper_regime(&points).unwrap();
         assert_eq!(fit.points, 3);
         assert!((fit.per_sample_bytes - 800.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_robust_line_ignores_one_bad_reading() {
+        let mut points: Vec<(u64, u64)> = [2u64, 8, 300].iter().map(|&b| (b, 1000 + 100 * b)).collect();
+        points[1].1 += 50_000;
+        let fit = LinearFit::robust(&points).unwrap();
+        assert!((fit.per_sample_bytes - 100.0).abs() < 1e-9, "{fit:?}");
+        assert!((fit.fixed_bytes - 1000.0).abs() < 1e-6, "{fit:?}");
+        let exact = LinearFit::robust(&[(2, 1200), (8, 1800)]).unwrap();
+        assert_eq!((exact.fixed_bytes, exact.per_sample_bytes, exact.r2), (1000.0, 100.0, 1.0));
     }
 
     #[test]

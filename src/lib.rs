@@ -14,6 +14,7 @@ pub mod model;
 pub mod output;
 pub mod record;
 pub mod report;
+pub mod search;
 pub mod shim;
 pub mod sweep;
 pub mod trial;

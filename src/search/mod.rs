@@ -1,0 +1,160 @@
+//! Pure batch-size search. A [`Strategy`] looks at the probes so far and
+//! either asks for the next batch to run or finishes with a result. Nothing
+//! here runs a model: the sweep (real trials), the tests and the benchmark
+//! (synthetic curves) feed the same strategies.
+pub mod fit_guided;
+pub mod peers;
+pub mod synthetic;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// What one probe at a batch size showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Observation {
+    /// Every step ran and the peak stayed within the budget.
+    Fits { peak_bytes: u64 },
+    /// Out of memory, or a peak over the budget (`peak_bytes` when known).
+    TooBig { peak_bytes: Option<u64> },
+    /// Anything else: the search cannot conclude from it.
+    Failed { message: String },
+}
+
+impl Observation {
+    pub fn fits(&self) -> bool {
+        matches!(self, Observation::Fits { .. })
+    }
+
+    pub fn peak_bytes(&self) -> Option<u64> {
+        match self {
+            Observation::Fits { peak_bytes } => Some(*peak_bytes),
+            Observation::TooBig { peak_bytes } => *peak_bytes,
+            Observation::Failed { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    pub batch: u64,
+    pub observation: Observation,
+}
+
+/// How a search ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SearchResult {
+    /// The batch the strategy reports (0: nothing fits).
+    pub max_batch: u64,
+    /// The probes prove it: `max_batch` fits and `max_batch + 1` does not
+    /// (or `max_batch` is the `--max-batch` cap).
+    pub exact: bool,
+    /// The fit-guided search fell back to bisection.
+    pub fell_back: bool,
+    pub notes: Vec<String>,
+}
+
+/// The strategy's next move.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Run(u64),
+    Finish(SearchResult),
+}
+
+pub trait Strategy {
+    fn next(&mut self, probes: &[Probe]) -> Step;
+}
+
+/// The strategies `--strategy` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategyKind {
+    /// Fit-guided: few small probes, fit, probe the prediction, refine, verify.
+    Vramprobe,
+    /// PyTorch Lightning `scale_batch_size(mode="power")`.
+    LightningPower,
+    /// PyTorch Lightning `scale_batch_size(mode="binsearch")`.
+    LightningBinsearch,
+    /// HuggingFace Accelerate `find_executable_batch_size`.
+    Accelerate,
+}
+
+impl StrategyKind {
+    pub const ALL: [StrategyKind; 4] =
+        [StrategyKind::Vramprobe, StrategyKind::LightningPower, StrategyKind::LightningBinsearch, StrategyKind::Accelerate];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StrategyKind::Vramprobe => "vramprobe",
+            StrategyKind::LightningPower => "lightning-power",
+            StrategyKind::LightningBinsearch => "lightning-binsearch",
+            StrategyKind::Accelerate => "accelerate",
+        }
+    }
+}
+
+impl fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What every strategy may know before it starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchLimits {
+    /// Peak bytes allowed (capacity minus margin minus non-PyTorch usage).
+    pub budget_bytes: u64,
+    /// Bytes by which a reading may miss its prediction before the fit is
+    /// distrusted (the margin).
+    pub margin_bytes: u64,
+    /// Largest batch that may be run (`--max-batch`).
+    pub max_batch: u64,
+    /// Stop once the answer is within this many batches of the true max.
+    pub tolerance: u64,
+}
+
+/// A strategy ready to run.
+pub fn build(kind: StrategyKind, limits: SearchLimits) -> Box<dyn Strategy> {
+    match kind {
+        StrategyKind::Vramprobe => Box::new(fit_guided::FitGuided::new(limits)),
+        StrategyKind::LightningPower => Box::new(peers::LightningPower::new(limits.max_batch)),
+        StrategyKind::LightningBinsearch => Box::new(peers::LightningBinsearch::new(limits.max_batch)),
+        StrategyKind::Accelerate => Box::new(peers::Accelerate::new(limits.max_batch)),
+    }
+}
+
+/// Runs a strategy against `probe` (a real trial or a synthetic curve) until
+/// it finishes or `max_trials` probes have run.
+pub fn drive(strategy: &mut dyn Strategy, max_trials: usize, mut probe: impl FnMut(u64) -> Observation) -> (Vec<Probe>, SearchResult) {
+    let mut probes: Vec<Probe> = Vec::new();
+    loop {
+        match strategy.next(&probes) {
+            Step::Finish(result) => return (probes, result),
+            Step::Run(_) if probes.len() >= max_trials => {
+                let best = probes.iter().filter(|p| p.observation.fits()).map(|p| p.batch).max().unwrap_or(0);
+                let note = format!("stopped after {max_trials} trials without converging");
+                return (probes, SearchResult { max_batch: best, exact: false, fell_back: false, notes: vec![note] });
+            }
+            Step::Run(batch) => {
+                let observation = probe(batch);
+                probes.push(Probe { batch, observation });
+            }
+        }
+    }
+}
+
+/// The bracket the probes establish, assuming memory grows with the batch:
+/// the largest batch that fits below every failure, and the smallest failure.
+pub fn bracket(probes: &[Probe]) -> (Option<u64>, Option<u64>) {
+    let hi = probes.iter().filter(|p| matches!(p.observation, Observation::TooBig { .. })).map(|p| p.batch).min();
+    let lo = probes
+        .iter()
+        .filter(|p| p.observation.fits() && hi.is_none_or(|h| p.batch < h))
+        .map(|p| p.batch)
+        .max();
+    (lo, hi)
+}
+
+#[cfg(test)]
+mod tests;
