@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::device::DeviceRequest;
+use crate::search::StrategyKind;
 use crate::units;
 use crate::workload::OptimizerKind;
 
@@ -25,7 +26,7 @@ pub enum Command {
     /// Run real training steps across batch sizes, fit memory against the batch,
     /// and recommend the largest batch that fits with headroom.
     #[command(
-        after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet18 --input 3x112x112 --batches 1,2,4,8\n  vramprobe sweep --model vgg16 --capacity 8GiB --margin 15% --out runs/vgg16-8g"
+        after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet18 --input 3x112x112 --capacity 4GiB --multiple-of 8\n  vramprobe sweep --model resnet18 --input 3x112x112 --batches 1,2,4,8\n  vramprobe sweep --model resnet18 --input 3x64x64 --capacity 2GiB --strategy lightning-binsearch\n  vramprobe sweep --model vgg16 --capacity 8GiB --margin 15% --out runs/vgg16-8g"
     )]
     Sweep(SweepArgs),
     /// List the built-in models with their default input and parameter count.
@@ -65,17 +66,24 @@ pub struct SweepArgs {
     /// auto (first CUDA device, else the CPU), cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto", value_parser = parse_device)]
     pub device: DeviceRequest,
-    /// Explicit batch sizes, e.g. 1,2,4,8 [default: double from 1 until an OOM,
-    /// the budget or --max-batch].
-    #[arg(long, allow_hyphen_values = true, value_parser = parse_batches)]
+    /// How to search for the largest batch: vramprobe's fit-guided search, or
+    /// a peer's strategy to compare with.
+    #[arg(long, value_enum, default_value_t = StrategyKind::Vramprobe)]
+    pub strategy: StrategyKind,
+    /// Run exactly these batch sizes instead of searching, e.g. 1,2,4,8.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_batches, conflicts_with = "strategy")]
     pub batches: Option<Batches>,
+    /// Stop the search once the max is known to within this many batches
+    /// [default: 0, exact].
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64), allow_negative_numbers = true)]
+    pub tolerance: u64,
     /// Largest batch to run [default: none on CUDA; 64 on the CPU, where steps are slow].
     #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
     pub max_batch: Option<u64>,
-    /// Training steps per trial (at least 2: the optimizer state is allocated
-    /// during the first step, so the steady-state peak shows from the second).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
-    pub steps: u32,
+    /// Training steps per trial: every batch reported as fitting ran this many
+    /// (at least 2: the optimizer state appears during the first step).
+    #[arg(long, visible_alias = "steps", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
+    pub verify_steps: u32,
     /// Memory to plan for instead of the device's total, e.g. 6GiB or 8GB.
     #[arg(long, allow_hyphen_values = true, value_parser = parse_bytes)]
     pub capacity: Option<u64>,

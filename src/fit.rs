@@ -99,7 +99,10 @@ impl LinearFit {
             }
         }
         let slope = median(&mut slopes);
-        let mut intercepts: Vec<f64> = points.iter().map(|&(x, y)| y as f64 - slope * x as f64).collect();
+        let mut intercepts: Vec<f64> = points
+            .iter()
+            .map(|&(x, y)| y as f64 - slope * x as f64)
+            .collect();
         let fixed = median(&mut intercepts);
         let mean_y = points.iter().map(|p| p.1 as f64).sum::<f64>() / points.len() as f64;
         let (mut ss_res, mut ss_tot) = (0.0, 0.0);
@@ -107,8 +110,17 @@ impl LinearFit {
             ss_res += (y as f64 - fixed - slope * x as f64).powi(2);
             ss_tot += (y as f64 - mean_y).powi(2);
         }
-        let r2 = if ss_tot == 0.0 { ordinary.r2 } else { 1.0 - ss_res / ss_tot };
-        Ok(LinearFit { fixed_bytes: fixed, per_sample_bytes: slope, r2, points: points.len() })
+        let r2 = if ss_tot == 0.0 {
+            ordinary.r2
+        } else {
+            1.0 - ss_res / ss_tot
+        };
+        Ok(LinearFit {
+            fixed_bytes: fixed,
+            per_sample_bytes: slope,
+            r2,
+            points: points.len(),
+        })
     }
 
     /// Predicted peak bytes at `batch`.
@@ -223,13 +235,19 @@ mod tests {
 
     #[test]
     fn the_robust_line_ignores_one_bad_reading() {
-        let mut points: Vec<(u64, u64)> = [2u64, 8, 300].iter().map(|&b| (b, 1000 + 100 * b)).collect();
+        let mut points: Vec<(u64, u64)> = [2u64, 8, 300]
+            .iter()
+            .map(|&b| (b, 1000 + 100 * b))
+            .collect();
         points[1].1 += 50_000;
         let fit = LinearFit::robust(&points).unwrap();
         assert!((fit.per_sample_bytes - 100.0).abs() < 1e-9, "{fit:?}");
         assert!((fit.fixed_bytes - 1000.0).abs() < 1e-6, "{fit:?}");
         let exact = LinearFit::robust(&[(2, 1200), (8, 1800)]).unwrap();
-        assert_eq!((exact.fixed_bytes, exact.per_sample_bytes, exact.r2), (1000.0, 100.0, 1.0));
+        assert_eq!(
+            (exact.fixed_bytes, exact.per_sample_bytes, exact.r2),
+            (1000.0, 100.0, 1.0)
+        );
     }
 
     #[test]

@@ -58,10 +58,17 @@ fn malformed_options_are_usage_errors() {
         (&["--device", "gpu"], "invalid --device"),
         (&["--optimizer", "lion"], "lion"),
         (&["--lr", "-1"], "learning rate"),
-        (&["--steps", "1"], "--steps"),
+        (&["--steps", "1"], "--verify-steps"),
+        (&["--verify-steps", "0"], "--verify-steps"),
+        (&["--tolerance", "-1"], "--tolerance"),
+        (&["--strategy", "guess"], "guess"),
+        (
+            &["--batches", "1,2", "--strategy", "accelerate"],
+            "cannot be used with",
+        ),
         (&["--classes", "0"], "--classes"),
         (&["--classes", "-2"], "--classes"),
-        (&["--steps", "-1"], "--steps"),
+        (&["--steps", "-1"], "--verify-steps"),
         (&["--multiple-of", "0"], "--multiple-of"),
         (&["--trial-timeout", "0"], "--trial-timeout"),
     ];
@@ -139,7 +146,17 @@ fn a_model_that_does_not_fit_at_batch_1_says_so_with_numbers() {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["status"], "failed");
-    assert_eq!(report["trials"].as_array().unwrap().len(), 1);
+    let batches: Vec<u64> = report["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["batch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        batches,
+        vec![2, 1],
+        "the search tries batch 1 after batch 2 does not fit"
+    );
 }
 
 #[test]
@@ -162,7 +179,7 @@ fn a_trial_past_its_timeout_is_reported_as_such() {
         1,
     );
     assert!(
-        err.contains("the trial at batch 1 failed: no result within the 1s trial timeout"),
+        err.contains("the trial at batch 2 failed: no result within the 1s trial timeout"),
         "{err}"
     );
     let sweep = std::fs::read_to_string(out.join("sweep.csv")).unwrap();

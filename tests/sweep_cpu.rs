@@ -118,7 +118,17 @@ fn a_small_cpu_sweep_is_linear_and_predicts_a_held_out_batch() {
         ("resnet18", "3x64x64", "cpu", "peak_allocated")
     );
     assert!(p.r2.unwrap() >= 0.999, "r2 {:?}", p.r2);
-    assert!(p.max_batch > 32 && p.recommended_batch == p.max_batch);
+    // The largest listed batch is the verified max; the fit predicts beyond it.
+    assert_eq!(
+        (
+            p.max_batch,
+            p.recommended_batch,
+            p.exact,
+            p.strategy.as_str()
+        ),
+        (32, 32, false, "listed-batches")
+    );
+    assert!(p.recommended_verified && p.predicted_max_batch.unwrap() > 32);
 
     // A batch the fit never saw: the prediction is within 1% of the measured peak.
     let mut held_out = base.to_vec();
@@ -187,7 +197,7 @@ fn csv_headers_are_stable() {
     };
     assert_eq!(
         header("plan.csv"),
-        "schema_version,model,input,classes,device,device_name,mode,precision,optimizer,capacity_bytes,margin_fraction,non_pytorch_bytes,budget_bytes,fit_basis,fixed_bytes,per_sample_bytes,r2,fit_points,max_batch,max_batch_source,recommended_batch,recommended_verified,recommended_peak_bytes,headroom_bytes,largest_measured_batch"
+        "schema_version,model,input,classes,device,device_name,mode,precision,optimizer,capacity_bytes,margin_fraction,non_pytorch_bytes,budget_bytes,fit_basis,fixed_bytes,per_sample_bytes,r2,fit_points,strategy,trials,max_batch,exact,predicted_max_batch,recommended_batch,recommended_verified,recommended_peak_bytes,headroom_bytes"
     );
     assert_eq!(
         header("sweep.csv"),
@@ -265,12 +275,74 @@ fn a_sweep_stops_at_the_first_oom_and_keeps_what_it_measured() {
     let outcomes: Vec<&str> = trials.iter().map(|t| t.outcome.as_str()).collect();
     assert_eq!(outcomes, ["fits", "fits", "oom"]);
     let (_, plan) = read_csv::<PlanRow>(&out.join("plan.csv"));
-    assert!(plan[0].max_batch < 20_000_000);
+    assert_eq!(plan[0].max_batch, 2);
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let notes = report["analysis"]["notes"].to_string();
+    assert!(notes.contains("40000000"), "{notes}");
+}
+
+/// Runs a sweep and returns its plan row.
+fn sweep_plan(out: &Path, args: &[&str]) -> PlanRow {
+    let run = vramprobe()
+        .arg("sweep")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
     assert!(
-        report["notes"].to_string().contains("40000000"),
+        run.status.success(),
         "{}",
-        report["notes"]
+        String::from_utf8_lossy(&run.stderr)
     );
+    read_csv::<PlanRow>(&out.join("plan.csv")).1.remove(0)
+}
+
+#[test]
+fn the_search_finds_exactly_the_max_an_exhaustive_scan_finds() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = [
+        "--model",
+        "resnet18",
+        "--input",
+        "3x32x32",
+        "--classes",
+        "10",
+        "--optimizer",
+        "sgd",
+        "--device",
+        "cpu",
+        "--capacity",
+        "155MiB",
+    ];
+    // Exhaustive: every batch from 1 up, until the first that does not fit.
+    let every: Vec<String> = (1..=120).map(|b| b.to_string()).collect();
+    let every = every.join(",");
+    let mut scan_args = workload.to_vec();
+    scan_args.extend(["--batches", &every]);
+    let scan = sweep_plan(&dir.path().join("scan"), &scan_args);
+    assert!(scan.exact, "the scan ran past the max");
+    assert!(
+        (20..110).contains(&scan.max_batch),
+        "capacity gives a max of {}",
+        scan.max_batch
+    );
+
+    let search = sweep_plan(&dir.path().join("search"), &workload);
+    assert_eq!(
+        (search.strategy.as_str(), search.max_batch, search.exact),
+        ("vramprobe", scan.max_batch, true)
+    );
+    assert!(search.recommended_verified);
+    assert!(search.trials <= 7, "{} trials", search.trials);
+
+    // --multiple-of 8: the recommended batch is rounded down and itself run.
+    let mut rounded_args = workload.to_vec();
+    rounded_args.extend(["--multiple-of", "8"]);
+    let rounded = sweep_plan(&dir.path().join("rounded"), &rounded_args);
+    assert_eq!(rounded.max_batch, scan.max_batch);
+    assert_eq!(rounded.recommended_batch, scan.max_batch / 8 * 8);
+    assert!(rounded.recommended_verified);
 }

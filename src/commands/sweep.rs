@@ -10,7 +10,7 @@ use crate::error::UsageError;
 use crate::output;
 use crate::record::{Outcome, StepRecord};
 use crate::report::table;
-use crate::sweep::{self, runner::TrialResult, Progress, SweepConfig};
+use crate::sweep::{self, runner::TrialResult, Plan, Progress, SweepConfig};
 use crate::units::human_bytes;
 
 /// One line per trial on stderr; stdout is kept for the summary.
@@ -64,9 +64,13 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     let cfg = SweepConfig {
         workload,
         device,
-        batches: args.batches.map(|b| b.0),
+        plan: match args.batches {
+            Some(b) => Plan::Batches(b.0),
+            None => Plan::Search(args.strategy),
+        },
         max_batch: args.max_batch,
-        steps: args.steps,
+        steps: args.verify_steps,
+        tolerance: args.tolerance,
         trial_timeout: Duration::from_secs(args.trial_timeout),
         capacity: args.capacity,
         margin_fraction: args.margin,
@@ -110,7 +114,7 @@ fn does_not_fit(
         human_bytes(budget.capacity_bytes as f64),
         human_bytes(budget.budget_bytes as f64)
     );
-    let Some(first) = trials.first() else {
+    let Some(first) = trials.iter().min_by_key(|t| t.batch) else {
         return anyhow!("no trial ran");
     };
     let why = match first.outcome {

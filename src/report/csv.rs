@@ -117,14 +117,19 @@ pub struct PlanRow {
     pub per_sample_bytes: Option<i64>,
     pub r2: Option<f64>,
     pub fit_points: usize,
+    /// The search that found the max, and how many trials it ran.
+    pub strategy: String,
+    pub trials: usize,
+    /// The largest batch the search verified (0: nothing fits).
     pub max_batch: u64,
-    /// measured or predicted.
-    pub max_batch_source: String,
+    /// max_batch fits and max_batch + 1 does not (or it is --max-batch).
+    pub exact: bool,
+    /// The largest batch the fit allows within the budget (a prediction).
+    pub predicted_max_batch: Option<u64>,
     pub recommended_batch: u64,
     pub recommended_verified: bool,
     pub recommended_peak_bytes: Option<i64>,
     pub headroom_bytes: Option<i64>,
-    pub largest_measured_batch: Option<u64>,
 }
 
 pub fn plan_row(report: &Report) -> Option<PlanRow> {
@@ -148,13 +153,15 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
         per_sample_bytes: a.fit.map(|f| f.per_sample_bytes.round() as i64),
         r2: a.fit.map(|f| f.r2),
         fit_points: a.fit.map_or(0, |f| f.points),
+        strategy: a.strategy.clone(),
+        trials: report.trials.len(),
         max_batch: a.max_batch,
-        max_batch_source: a.max_batch_source.name().into(),
+        exact: a.exact,
+        predicted_max_batch: a.predicted_max_batch,
         recommended_batch: a.recommended_batch,
         recommended_verified: a.recommended_verified,
         recommended_peak_bytes: a.recommended_peak_bytes.map(|p| p.round() as i64),
         headroom_bytes: a.headroom_bytes.map(|h| h.round() as i64),
-        largest_measured_batch: a.largest_fitting_batch,
     })
 }
 

@@ -3,7 +3,6 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 use super::Report;
-use crate::analysis::Source;
 use crate::units::{format_input, human_bytes};
 
 fn opt_bytes(v: Option<u64>) -> String {
@@ -108,18 +107,36 @@ pub fn summary(report: &Report) -> String {
             human_bytes(b.non_pytorch_bytes as f64)
         ),
     ]);
-    let max_from = match a.max_batch_source {
-        Source::Measured => "measured".to_string(),
-        Source::Predicted => "predicted by the fit".to_string(),
+    let how = if a.max_batch == 0 {
+        "nothing fits".to_string()
+    } else if a.exact {
+        format!(
+            "verified by {} ({} trials): fits, and the next batch does not",
+            a.strategy,
+            report.trials.len()
+        )
+    } else {
+        format!(
+            "verified by {} ({} trials); not proven exact",
+            a.strategy,
+            report.trials.len()
+        )
     };
-    rec.add_row(vec!["max batch".into(), a.max_batch.to_string(), max_from]);
+    rec.add_row(vec!["max batch".into(), a.max_batch.to_string(), how]);
+    if let Some(p) = a.predicted_max_batch {
+        rec.add_row(vec![
+            "predicted max".into(),
+            p.to_string(),
+            "fit, within the budget (not run)".to_string(),
+        ]);
+    }
     rec.add_row(vec![
         "recommended batch".into(),
         a.recommended_batch.to_string(),
         if a.recommended_verified {
-            "measured within budget".into()
+            format!("ran {} steps within budget", report.steps_per_trial)
         } else {
-            "not run: predicted".to_string()
+            "not run".to_string()
         },
     ]);
     if let (Some(h), Some(p)) = (a.headroom_bytes, a.recommended_peak_bytes) {

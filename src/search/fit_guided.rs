@@ -15,8 +15,8 @@ const MAX_GUIDED: u32 = 6;
 /// Below this r² the line is not trusted to place probes.
 const MIN_R2: f64 = 0.99;
 
+#[derive(Default)]
 pub struct FitGuided {
-    limits: SearchLimits,
     /// Why the search fell back to bisection, once it has.
     fallback: Option<String>,
     guided: u32,
@@ -29,28 +29,29 @@ pub struct FitGuided {
 }
 
 impl FitGuided {
-    pub fn new(limits: SearchLimits) -> Self {
-        FitGuided { limits, fallback: None, guided: 0, last_prediction: None, last_width: None, stalls: 0 }
-    }
-
     fn finish(&self, max_batch: u64, exact: bool, mut notes: Vec<String>) -> Step {
         if let Some(why) = &self.fallback {
             notes.insert(0, format!("fell back to a safe bracketed search (bisection when interpolation stalls, doubling before the first failure): {why}"));
         }
-        Step::Finish(SearchResult { max_batch, exact, fell_back: self.fallback.is_some(), notes })
+        Step::Finish(SearchResult {
+            max_batch,
+            exact,
+            fell_back: self.fallback.is_some(),
+            notes,
+        })
     }
 
     /// Checks the last guided probe against what the fit predicted for it.
-    fn contradiction(&self, probes: &[Probe]) -> Option<String> {
+    fn contradiction(&self, probes: &[Probe], limits: &SearchLimits) -> Option<String> {
         let (batch, predicted) = self.last_prediction?;
         let last = probes.last().filter(|p| p.batch == batch)?;
-        let margin = self.limits.margin_bytes as f64;
+        let margin = limits.margin_bytes as f64;
         match last.observation.peak_bytes() {
             Some(r) if (r as f64 - predicted).abs() > margin => Some(format!(
                 "the peak at batch {batch} was {r} bytes where the fit predicted {predicted:.0} (more than the margin apart)"
             )),
             // An OOM where the fit left more than the margin free.
-            None if !last.observation.fits() && predicted + margin < self.limits.budget_bytes as f64 => Some(format!(
+            None if !last.observation.fits() && predicted + margin < limits.budget_bytes as f64 => Some(format!(
                 "batch {batch} ran out of memory where the fit predicted a peak of {predicted:.0} bytes, well within the budget"
             )),
             _ => None,
@@ -68,35 +69,57 @@ impl FitGuided {
 }
 
 fn readings(probes: &[Probe]) -> Vec<(u64, u64)> {
-    probes.iter().filter_map(|p| p.observation.peak_bytes().map(|r| (p.batch, r))).collect()
-}
-
-fn reading_at(probes: &[Probe], batch: u64) -> Option<u64> {
-    probes.iter().find(|p| p.batch == batch).and_then(|p| p.observation.peak_bytes())
+    probes
+        .iter()
+        .filter_map(|p| p.observation.peak_bytes().map(|r| (p.batch, r)))
+        .collect()
 }
 
 impl Strategy for FitGuided {
-    fn next(&mut self, probes: &[Probe]) -> Step {
-        if let Some(p) = probes.iter().find(|p| matches!(p.observation, Observation::Failed { .. })) {
+    fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step {
+        if let Some(p) = probes
+            .iter()
+            .find(|p| matches!(p.observation, Observation::Failed { .. }))
+        {
             let (lo, _) = bracket(probes);
             let msg = match &p.observation {
                 Observation::Failed { message } => message.clone(),
                 _ => String::new(),
             };
-            return self.finish(lo.unwrap_or(0), false, vec![format!("the trial at batch {} failed ({msg}); the search stopped", p.batch)]);
+            return self.finish(
+                lo.unwrap_or(0),
+                false,
+                vec![format!(
+                    "the trial at batch {} failed ({msg}); the search stopped",
+                    p.batch
+                )],
+            );
         }
         let (lo, hi) = bracket(probes);
-        let cap = self.limits.max_batch;
+        let cap = limits.max_batch;
         if hi == Some(1) {
             return self.finish(0, true, vec!["batch 1 does not fit".into()]);
         }
         if let Some(l) = lo {
             if l >= cap {
-                return self.finish(cap, true, vec![format!("batch {cap} (--max-batch) fits: the limit lies at or beyond it")]);
+                return self.finish(
+                    cap,
+                    true,
+                    vec![format!(
+                        "batch {cap} (--max-batch) fits: the limit lies at or beyond it"
+                    )],
+                );
             }
             if let Some(h) = hi {
-                if h - l - 1 <= self.limits.tolerance {
-                    let notes = if h == l + 1 { vec![] } else { vec![format!("within --tolerance: the max lies in {l}..{}", h - 1)] };
+                if h - l - 1 <= limits.tolerance {
+                    let notes = if h == l + 1 {
+                        vec![]
+                    } else {
+                        vec![format!(
+                            "within --tolerance: the max lies in {l}..{}",
+                            h - 1
+                        )]
+                    };
                     return self.finish(l, h == l + 1, notes);
                 }
             }
@@ -113,24 +136,32 @@ impl Strategy for FitGuided {
         }
 
         if self.fallback.is_none() {
-            if let Some(why) = self.contradiction(probes) {
+            if let Some(why) = self.contradiction(probes, limits) {
                 self.fallback = Some(why);
             } else if self.guided >= MAX_GUIDED {
                 self.fallback = Some(format!("no exact answer after {MAX_GUIDED} guided probes"));
             }
         }
-        let fit = LinearFit::robust(&readings(probes)).ok().filter(|f| f.per_sample_bytes > 0.0);
+        let fit = LinearFit::robust(&readings(probes))
+            .ok()
+            .filter(|f| f.per_sample_bytes > 0.0);
         if self.fallback.is_none() {
             if let Some(f) = fit.filter(|f| f.r2 < MIN_R2) {
                 self.fallback = Some(format!("the memory line fits poorly (r² = {:.4})", f.r2));
             }
         }
-        let budget = self.limits.budget_bytes;
+        let budget = limits.budget_bytes;
         let predicted_max = fit.and_then(|f| f.max_batch_within(budget));
         // How far (in batches) the line missed the last probe: aim that much
         // past the boundary it draws, so a slightly low line does not crawl.
-        let missed_by = match (fit, self.last_prediction, probes.last().and_then(|p| p.observation.peak_bytes())) {
-            (Some(f), Some((_, predicted)), Some(r)) => ((predicted - r as f64).abs() / f.per_sample_bytes).floor() as u64,
+        let missed_by = match (
+            fit,
+            self.last_prediction,
+            probes.last().and_then(|p| p.observation.peak_bytes()),
+        ) {
+            (Some(f), Some((_, predicted)), Some(r)) => {
+                ((predicted - r as f64).abs() / f.per_sample_bytes).floor() as u64
+            }
             _ => 0,
         };
         let candidate = match (lo, hi) {

@@ -3,6 +3,7 @@
 //! here runs a model: the sweep (real trials), the tests and the benchmark
 //! (synthetic curves) feed the same strategies.
 pub mod fit_guided;
+pub mod list;
 pub mod peers;
 pub mod synthetic;
 
@@ -62,8 +63,11 @@ pub enum Step {
     Finish(SearchResult),
 }
 
+/// A batch-size search. `limits` may tighten between calls (the budget is
+/// only known once the first trial has measured the memory outside PyTorch);
+/// the first move never depends on it.
 pub trait Strategy {
-    fn next(&mut self, probes: &[Probe]) -> Step;
+    fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step;
 }
 
 /// The strategies `--strategy` offers.
@@ -81,8 +85,12 @@ pub enum StrategyKind {
 }
 
 impl StrategyKind {
-    pub const ALL: [StrategyKind; 4] =
-        [StrategyKind::Vramprobe, StrategyKind::LightningPower, StrategyKind::LightningBinsearch, StrategyKind::Accelerate];
+    pub const ALL: [StrategyKind; 4] = [
+        StrategyKind::Vramprobe,
+        StrategyKind::LightningPower,
+        StrategyKind::LightningBinsearch,
+        StrategyKind::Accelerate,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -115,26 +123,44 @@ pub struct SearchLimits {
 }
 
 /// A strategy ready to run.
-pub fn build(kind: StrategyKind, limits: SearchLimits) -> Box<dyn Strategy> {
+pub fn build(kind: StrategyKind) -> Box<dyn Strategy> {
     match kind {
-        StrategyKind::Vramprobe => Box::new(fit_guided::FitGuided::new(limits)),
-        StrategyKind::LightningPower => Box::new(peers::LightningPower::new(limits.max_batch)),
-        StrategyKind::LightningBinsearch => Box::new(peers::LightningBinsearch::new(limits.max_batch)),
-        StrategyKind::Accelerate => Box::new(peers::Accelerate::new(limits.max_batch)),
+        StrategyKind::Vramprobe => Box::new(fit_guided::FitGuided::default()),
+        StrategyKind::LightningPower => Box::new(peers::LightningPower),
+        StrategyKind::LightningBinsearch => Box::new(peers::LightningBinsearch::default()),
+        StrategyKind::Accelerate => Box::new(peers::Accelerate),
     }
 }
 
 /// Runs a strategy against `probe` (a real trial or a synthetic curve) until
 /// it finishes or `max_trials` probes have run.
-pub fn drive(strategy: &mut dyn Strategy, max_trials: usize, mut probe: impl FnMut(u64) -> Observation) -> (Vec<Probe>, SearchResult) {
+pub fn drive(
+    strategy: &mut dyn Strategy,
+    limits: &SearchLimits,
+    max_trials: usize,
+    mut probe: impl FnMut(u64) -> Observation,
+) -> (Vec<Probe>, SearchResult) {
     let mut probes: Vec<Probe> = Vec::new();
     loop {
-        match strategy.next(&probes) {
+        match strategy.next(&probes, limits) {
             Step::Finish(result) => return (probes, result),
             Step::Run(_) if probes.len() >= max_trials => {
-                let best = probes.iter().filter(|p| p.observation.fits()).map(|p| p.batch).max().unwrap_or(0);
+                let best = probes
+                    .iter()
+                    .filter(|p| p.observation.fits())
+                    .map(|p| p.batch)
+                    .max()
+                    .unwrap_or(0);
                 let note = format!("stopped after {max_trials} trials without converging");
-                return (probes, SearchResult { max_batch: best, exact: false, fell_back: false, notes: vec![note] });
+                return (
+                    probes,
+                    SearchResult {
+                        max_batch: best,
+                        exact: false,
+                        fell_back: false,
+                        notes: vec![note],
+                    },
+                );
             }
             Step::Run(batch) => {
                 let observation = probe(batch);
@@ -147,7 +173,11 @@ pub fn drive(strategy: &mut dyn Strategy, max_trials: usize, mut probe: impl FnM
 /// The bracket the probes establish, assuming memory grows with the batch:
 /// the largest batch that fits below every failure, and the smallest failure.
 pub fn bracket(probes: &[Probe]) -> (Option<u64>, Option<u64>) {
-    let hi = probes.iter().filter(|p| matches!(p.observation, Observation::TooBig { .. })).map(|p| p.batch).min();
+    let hi = probes
+        .iter()
+        .filter(|p| matches!(p.observation, Observation::TooBig { .. }))
+        .map(|p| p.batch)
+        .min();
     let lo = probes
         .iter()
         .filter(|p| p.observation.fits() && hi.is_none_or(|h| p.batch < h))

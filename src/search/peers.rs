@@ -11,14 +11,17 @@
 //!
 //! `--max-batch` is honoured the only way these tools could: a batch above it
 //! counts as not fitting.
-use super::{Observation, Probe, SearchResult, Step, Strategy};
+use super::{Observation, Probe, SearchLimits, SearchResult, Step, Strategy};
 
 const LIGHTNING_INIT: u64 = 2;
 const LIGHTNING_MAX_TRIALS: usize = 25;
 const ACCELERATE_START: u64 = 128;
 
 fn finish(max_batch: u64) -> Step {
-    Step::Finish(SearchResult { max_batch, ..SearchResult::default() })
+    Step::Finish(SearchResult {
+        max_batch,
+        ..SearchResult::default()
+    })
 }
 
 fn failed(p: &Probe) -> bool {
@@ -26,20 +29,13 @@ fn failed(p: &Probe) -> bool {
 }
 
 /// Lightning's `_run_power_scaling`.
-pub struct LightningPower {
-    cap: u64,
-}
-
-impl LightningPower {
-    pub fn new(cap: u64) -> Self {
-        LightningPower { cap }
-    }
-}
+pub struct LightningPower;
 
 impl Strategy for LightningPower {
-    fn next(&mut self, probes: &[Probe]) -> Step {
+    fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step {
+        let cap = limits.max_batch;
         let Some(last) = probes.last() else {
-            return Step::Run(LIGHTNING_INIT.min(self.cap));
+            return Step::Run(LIGHTNING_INIT.min(cap));
         };
         if let Observation::Failed { .. } = last.observation {
             return finish(0);
@@ -48,30 +44,30 @@ impl Strategy for LightningPower {
             // Lightning halves the failing size and stops (1 if the first trial failed: never run).
             return finish((last.batch / 2).max(1));
         }
-        if probes.len() >= LIGHTNING_MAX_TRIALS || last.batch >= self.cap {
+        if probes.len() >= LIGHTNING_MAX_TRIALS || last.batch >= cap {
             return finish(last.batch);
         }
-        Step::Run((last.batch * 2).min(self.cap))
+        Step::Run((last.batch * 2).min(cap))
     }
 }
 
 /// Lightning's `_run_binary_scaling`.
 pub struct LightningBinsearch {
-    cap: u64,
     low: u64,
     high: Option<u64>,
 }
 
-impl LightningBinsearch {
-    pub fn new(cap: u64) -> Self {
-        LightningBinsearch { cap, low: 1, high: None }
+impl Default for LightningBinsearch {
+    fn default() -> Self {
+        LightningBinsearch { low: 1, high: None }
     }
 }
 
 impl Strategy for LightningBinsearch {
-    fn next(&mut self, probes: &[Probe]) -> Step {
+    fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step {
+        let cap = limits.max_batch;
         let Some(last) = probes.last() else {
-            return Step::Run(LIGHTNING_INIT.min(self.cap));
+            return Step::Run(LIGHTNING_INIT.min(cap));
         };
         if let Observation::Failed { .. } = last.observation {
             return finish(0);
@@ -96,29 +92,21 @@ impl Strategy for LightningBinsearch {
             }
         };
         // Lightning would run past a cap; here a size above it cannot fit.
-        if next > self.cap && self.high.is_none() {
-            self.high = Some(self.cap + 1);
-            return Step::Run(self.cap);
+        if next > cap && self.high.is_none() {
+            self.high = Some(cap + 1);
+            return Step::Run(cap);
         }
         Step::Run(next)
     }
 }
 
 /// Accelerate's `find_executable_batch_size`.
-pub struct Accelerate {
-    cap: u64,
-}
-
-impl Accelerate {
-    pub fn new(cap: u64) -> Self {
-        Accelerate { cap }
-    }
-}
+pub struct Accelerate;
 
 impl Strategy for Accelerate {
-    fn next(&mut self, probes: &[Probe]) -> Step {
+    fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step {
         let Some(last) = probes.last() else {
-            return Step::Run(ACCELERATE_START.min(self.cap));
+            return Step::Run(ACCELERATE_START.min(limits.max_batch));
         };
         match last.observation {
             Observation::Fits { .. } => finish(last.batch),

@@ -1,6 +1,7 @@
-//! The sweep orchestrator: chooses batch sizes, runs each as a trial in a
-//! child process, writes partial results after every trial, and finishes
-//! with the analysis and the plan.
+//! The sweep orchestrator: asks a search strategy for the next batch, runs it
+//! as a trial in a child process, turns the trial into an observation against
+//! the budget, writes partial results after every trial, verifies the
+//! recommended batch, and finishes with the analysis.
 pub mod runner;
 
 use std::path::{Path, PathBuf};
@@ -8,28 +9,45 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::analysis::{self, AnalysisInput};
+use crate::analysis::{self, AnalysisInput, FitBasis, StrategyName};
 use crate::device::Device;
 use crate::environment;
+use crate::fit::Budget;
 use crate::output::write_atomic;
 use crate::record::{Outcome, StepRecord};
 use crate::report::{self, Report, REPORT_SCHEMA_VERSION};
+use crate::search::{
+    self, list::ListedBatches, Observation, Probe, SearchLimits, SearchResult, Step, Strategy,
+    StrategyKind,
+};
 use crate::trial::TrialSpec;
 use crate::workload::WorkloadConfig;
 use runner::TrialResult;
 
-/// Without a GPU, training steps are slow; the CPU sweep stops doubling here
+/// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
 pub const CPU_DEFAULT_MAX_BATCH: u64 = 64;
+
+/// A sweep never runs more trials than this, whatever the strategy asks.
+pub const MAX_TRIALS: usize = 64;
+
+/// How the sweep chooses batch sizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    Search(StrategyKind),
+    /// `--batches`: exactly these, ascending, until one does not fit.
+    Batches(Vec<u64>),
+}
 
 #[derive(Debug, Clone)]
 pub struct SweepConfig {
     pub workload: WorkloadConfig,
     pub device: Device,
-    /// Explicit batch sizes (ascending); `None` doubles from 1.
-    pub batches: Option<Vec<u64>>,
+    pub plan: Plan,
     pub max_batch: Option<u64>,
+    /// Training steps per trial; every batch reported as fitting ran this many.
     pub steps: u32,
+    pub tolerance: u64,
     pub trial_timeout: Duration,
     pub capacity: Option<u64>,
     pub margin_fraction: f64,
@@ -42,21 +60,33 @@ pub struct SweepConfig {
 }
 
 impl SweepConfig {
-    fn analysis_input(&self) -> AnalysisInput {
-        AnalysisInput {
-            device: self.device,
-            capacity_override: self.capacity,
-            margin_fraction: self.margin_fraction,
-            multiple_of: self.multiple_of,
-        }
-    }
-
     fn effective_max_batch(&self) -> u64 {
         match (self.max_batch, self.device) {
             (Some(m), _) => m,
             (None, Device::Cpu) => CPU_DEFAULT_MAX_BATCH,
-            (None, Device::Cuda(_)) => u64::MAX / 2,
+            (None, Device::Cuda(_)) => u64::MAX / 4,
         }
+    }
+
+    fn strategy_name(&self) -> StrategyName {
+        match &self.plan {
+            Plan::Search(kind) => StrategyName::Search(*kind),
+            Plan::Batches(_) => StrategyName::ListedBatches,
+        }
+    }
+
+    /// The budget, once a trial has reported the device's total memory and
+    /// the memory outside PyTorch. Fixed from then on, so every trial is
+    /// judged against the same number.
+    fn budget_from(&self, trial: &TrialResult) -> Option<Budget> {
+        let capacity = self.capacity.or(trial.device_total_bytes)?;
+        // With --capacity on the CPU the user plans for another device: the
+        // host process's own overhead is not part of that plan.
+        let foreign = match (self.device, self.capacity) {
+            (Device::Cpu, Some(_)) => 0,
+            _ => trial.non_pytorch_bytes()?,
+        };
+        Some(Budget::new(capacity, self.margin_fraction, foreign))
     }
 }
 
@@ -65,36 +95,6 @@ pub trait Progress {
     fn trial_started(&mut self, trial: u32, batch: u64);
     fn step_done(&mut self, step: &StepRecord);
     fn trial_done(&mut self, result: &TrialResult);
-}
-
-/// The next batch to try after `done`, or `None` to stop.
-fn next_batch(cfg: &SweepConfig, done: &[TrialResult]) -> Option<u64> {
-    let last = done.last();
-    if let Some(t) = last {
-        if t.outcome != Outcome::Fits {
-            return None;
-        }
-        // A measured peak over budget ends the sweep: larger batches only grow.
-        if analysis::analyze(done, cfg.analysis_input())
-            .smallest_failing_batch
-            .is_some()
-        {
-            return None;
-        }
-    }
-    match &cfg.batches {
-        Some(list) => list.get(done.len()).copied(),
-        None => {
-            let max = cfg.effective_max_batch();
-            let next = last.map_or(1, |t| t.batch.saturating_mul(2));
-            match last {
-                _ if next <= max => Some(next),
-                // Try the cap itself once when doubling would jump past it.
-                Some(t) if t.batch < max && cfg.max_batch.is_some() => Some(max),
-                _ => None,
-            }
-        }
-    }
 }
 
 fn write_outputs(dir: &Path, report: &Report, with_plan: bool) -> Result<()> {
@@ -115,11 +115,149 @@ fn write_outputs(dir: &Path, report: &Report, with_plan: bool) -> Result<()> {
     )
 }
 
+/// How a finished trial counts for the search.
+pub fn observe(trial: &TrialResult, budget: &Budget, basis: FitBasis) -> Observation {
+    match trial.outcome {
+        Outcome::Fits => match basis.peak(trial) {
+            Some(peak) if peak <= budget.budget_bytes => Observation::Fits { peak_bytes: peak },
+            peak => Observation::TooBig { peak_bytes: peak },
+        },
+        Outcome::Oom => Observation::TooBig { peak_bytes: None },
+        Outcome::Error | Outcome::Killed | Outcome::Timeout => Observation::Failed {
+            message: format!(
+                "{}: {}",
+                trial.outcome,
+                trial.message.as_deref().unwrap_or("no message")
+            ),
+        },
+    }
+}
+
+struct Sweep<'a> {
+    cfg: &'a SweepConfig,
+    progress: &'a mut dyn Progress,
+    report: Report,
+    budget: Option<Budget>,
+}
+
+impl Sweep<'_> {
+    fn run_trial(&mut self, batch: u64) -> Result<&TrialResult> {
+        let trial = self.report.trials.len() as u32 + 1;
+        self.progress.trial_started(trial, batch);
+        let spec = TrialSpec {
+            workload: self.cfg.workload.clone(),
+            device: self.cfg.device,
+            batch,
+            steps: self.cfg.steps,
+        };
+        let progress = &mut *self.progress;
+        let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| {
+            progress.step_done(s)
+        });
+        self.progress.trial_done(&result);
+        if self.report.device_name.is_none() {
+            self.report.device_name = result.device_name.clone();
+        }
+        if self.budget.is_none() {
+            self.budget = self.cfg.budget_from(&result);
+        }
+        self.report.trials.push(result);
+        write_outputs(&self.cfg.out_dir, &self.report, false)?;
+        Ok(self.report.trials.last().expect("just pushed"))
+    }
+
+    fn limits(&self) -> SearchLimits {
+        let budget = self.budget.map_or(u64::MAX, |b| b.budget_bytes);
+        let margin = self
+            .budget
+            .map_or(0, |b| (b.capacity_bytes as f64 * b.margin_fraction) as u64);
+        SearchLimits {
+            budget_bytes: budget,
+            margin_bytes: margin,
+            max_batch: self.cfg.effective_max_batch(),
+            tolerance: self.cfg.tolerance,
+        }
+    }
+
+    fn observation(&self, trial: &TrialResult) -> Observation {
+        match &self.budget {
+            Some(b) => observe(trial, b, FitBasis::for_device(self.cfg.device)),
+            None => Observation::Failed {
+                message: trial
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "the device's memory is unknown".into()),
+            },
+        }
+    }
+
+    /// Runs the strategy to its end.
+    fn search(&mut self, strategy: &mut dyn Strategy) -> Result<SearchResult> {
+        let mut probes: Vec<Probe> = Vec::new();
+        loop {
+            match strategy.next(&probes, &self.limits()) {
+                Step::Finish(result) => return Ok(result),
+                Step::Run(_) if probes.len() >= MAX_TRIALS => {
+                    let (lo, _) = search::bracket(&probes);
+                    let notes = vec![format!("stopped after {MAX_TRIALS} trials")];
+                    return Ok(SearchResult {
+                        max_batch: lo.unwrap_or(0),
+                        exact: false,
+                        fell_back: false,
+                        notes,
+                    });
+                }
+                Step::Run(batch) => {
+                    let trial = self.run_trial(batch)?.clone();
+                    probes.push(Probe {
+                        batch,
+                        observation: self.observation(&trial),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Makes sure the batch to recommend (the max rounded down to
+    /// `--multiple-of`) has itself run and fit.
+    fn verify_recommended(&mut self, result: &mut SearchResult) -> Result<()> {
+        let Some(budget) = self.budget else {
+            return Ok(());
+        };
+        let basis = FitBasis::for_device(self.cfg.device);
+        loop {
+            let rec = analysis::round_down(result.max_batch, self.cfg.multiple_of);
+            let ran = self
+                .report
+                .trials
+                .iter()
+                .find(|t| t.batch == rec)
+                .map(|t| observe(t, &budget, basis));
+            match ran {
+                _ if rec == 0 => return Ok(()),
+                Some(o) if o.fits() => return Ok(()),
+                Some(_) => {}
+                None => {
+                    let trial = self.run_trial(rec)?.clone();
+                    if observe(&trial, &budget, basis).fits() {
+                        return Ok(());
+                    }
+                }
+            }
+            result.notes.push(format!(
+                "batch {rec} did not fit although a larger one did: memory is not monotonic here"
+            ));
+            result.max_batch = rec - 1;
+            result.exact = false;
+        }
+    }
+}
+
 /// Runs the sweep. Outputs are rewritten after every trial, so whatever was
 /// measured survives a failure later on.
 pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
     let (started_at, _) = environment::utc_now();
-    let mut report = Report {
+    let report = Report {
         schema_version: REPORT_SCHEMA_VERSION,
         status: "running".into(),
         command_line: cfg.command_line.clone(),
@@ -136,36 +274,41 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
         notes: cfg.notes.clone(),
     };
     write_outputs(&cfg.out_dir, &report, false)?;
+    let mut sweep = Sweep {
+        cfg,
+        progress,
+        report,
+        budget: None,
+    };
 
-    while let Some(batch) = next_batch(cfg, &report.trials) {
-        let trial = report.trials.len() as u32 + 1;
-        progress.trial_started(trial, batch);
-        let spec = TrialSpec {
-            workload: cfg.workload.clone(),
-            device: cfg.device,
-            batch,
-            steps: cfg.steps,
-        };
-        let result = runner::run_trial(&cfg.exe, trial, &spec, cfg.trial_timeout, |s| {
-            progress.step_done(s)
-        });
-        progress.trial_done(&result);
-        if report.device_name.is_none() {
-            report.device_name = result.device_name.clone();
-        }
-        report.trials.push(result);
-        write_outputs(&cfg.out_dir, &report, false)?;
-    }
+    let mut strategy: Box<dyn Strategy> = match &cfg.plan {
+        Plan::Search(kind) => search::build(*kind),
+        Plan::Batches(list) => Box::new(ListedBatches(list.clone())),
+    };
+    let mut result = sweep.search(strategy.as_mut())?;
+    sweep.verify_recommended(&mut result)?;
 
-    if let (Some(list), n) = (&cfg.batches, report.trials.len()) {
-        if n < list.len() {
-            report.notes.push(format!(
-                "batches {:?} were not run: a smaller batch already failed or exceeded the budget",
-                &list[n..]
-            ));
+    let mut report = sweep.report;
+    let budget = sweep.budget.unwrap_or_else(|| {
+        report.notes.push(
+            "no trial reported the device's memory: the budget is unknown (pass --capacity)".into(),
+        );
+        Budget::new(cfg.capacity.unwrap_or(0), cfg.margin_fraction, 0)
+    });
+    let input = AnalysisInput {
+        device: cfg.device,
+        budget,
+        capacity_source: if cfg.capacity.is_some() {
+            "--capacity"
+        } else {
+            "device"
         }
-    }
-    let analysis = analysis::analyze(&report.trials, cfg.analysis_input());
+        .into(),
+        strategy: cfg.strategy_name(),
+        search: result,
+        multiple_of: cfg.multiple_of,
+    };
+    let analysis = analysis::analyze(&report.trials, input);
     report.status = if analysis.max_batch > 0 {
         "complete"
     } else {
