@@ -72,8 +72,10 @@ pub struct Analysis {
     pub nvml_used_fit: Option<LinearFit>,
     /// The largest batch the search verified (0 when nothing fits).
     pub max_batch: u64,
-    /// The search proved it: it fits and the next batch does not (or it is `--max-batch`).
+    /// The search proved it: it fits and the next batch does not.
     pub exact: bool,
+    /// It is `--max-batch`, which fits: the real max is at or beyond it.
+    pub capped: bool,
     /// The largest batch the fit predicts within the budget (not run when above `max_batch`).
     pub predicted_max_batch: Option<u64>,
     pub recommended_batch: u64,
@@ -115,14 +117,8 @@ impl StrategyName {
     }
 }
 
-fn fit_series(
-    trials: &[&TrialResult],
-    value: impl Fn(&TrialResult) -> Option<u64>,
-) -> Option<LinearFit> {
-    let points: Vec<(u64, u64)> = trials
-        .iter()
-        .filter_map(|t| value(t).map(|v| (t.batch, v)))
-        .collect();
+fn fit_series(trials: &[&TrialResult], value: impl Fn(&TrialResult) -> Option<u64>) -> Option<LinearFit> {
+    let points: Vec<(u64, u64)> = trials.iter().filter_map(|t| value(t).map(|v| (t.batch, v))).collect();
     LinearFit::fit_upper_regime(&points).ok()
 }
 
@@ -134,10 +130,7 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     let mut notes = input.search.notes.clone();
     let budget = input.budget;
     let basis = FitBasis::for_device(input.device);
-    let fits: Vec<&TrialResult> = trials
-        .iter()
-        .filter(|t| t.outcome == Outcome::Fits)
-        .collect();
+    let fits: Vec<&TrialResult> = trials.iter().filter(|t| t.outcome == Outcome::Fits).collect();
 
     let allocated_fit = fit_series(&fits, TrialResult::peak_allocated_bytes);
     let reserved_fit = fit_series(&fits, TrialResult::peak_reserved_bytes);
@@ -151,29 +144,23 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         if f.per_sample_bytes <= 0.0 {
             notes.push("peak memory did not grow with the batch over the measured range: the limit lies beyond it; run larger batches (--max-batch or --batches)".into());
         } else if f.r2 < 0.99 {
-            notes.push(format!(
-                "the memory line fits poorly (r² = {:.4}): treat predictions with care",
-                f.r2
-            ));
+            notes.push(format!("the memory line fits poorly (r² = {:.4}): treat predictions with care", f.r2));
         }
     }
 
     let within = |t: &TrialResult| basis.peak(t).is_some_and(|p| p <= budget.budget_bytes);
     let recommended_batch = round_down(input.search.max_batch, input.multiple_of);
-    let verified = fits
-        .iter()
-        .copied()
-        .filter(|t| within(t))
-        .find(|t| t.batch == recommended_batch);
+    let verified = fits.iter().copied().filter(|t| within(t)).find(|t| t.batch == recommended_batch);
     let recommended_peak_bytes = match verified {
         Some(t) => basis.peak(t).map(|p| p as f64),
-        None => fit
-            .filter(|_| recommended_batch > 0)
-            .map(|f| f.predict(recommended_batch)),
+        None => fit.filter(|_| recommended_batch > 0).map(|f| f.predict(recommended_batch)),
     };
     let headroom_bytes = recommended_peak_bytes.map(|p| budget.headroom(p));
     if recommended_batch > 0 && verified.is_none() {
-        notes.push(format!("the recommended batch {recommended_batch} was not run: {} reported it without verifying it", input.strategy.name()));
+        notes.push(format!(
+            "the recommended batch {recommended_batch} was not run: {} reported it without verifying it",
+            input.strategy.name()
+        ));
     }
 
     let gpu_predictions = match fit.filter(|f| f.per_sample_bytes > 0.0) {
@@ -181,11 +168,7 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
             .iter()
             .map(|gib| {
                 // From host measurements the CUDA context is unknown (0 here).
-                let foreign = if input.device.is_cuda() {
-                    budget.non_pytorch_bytes
-                } else {
-                    0
-                };
+                let foreign = if input.device.is_cuda() { budget.non_pytorch_bytes } else { 0 };
                 let b = Budget::new(gib << 30, budget.margin_fraction, foreign);
                 let max = f.max_batch_within(b.budget_bytes).unwrap_or(0);
                 GpuPrediction {
@@ -210,6 +193,8 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         nvml_used_fit,
         max_batch: input.search.max_batch,
         exact: input.search.exact,
+        capped: input.search.capped,
+
         predicted_max_batch,
         recommended_batch,
         recommended_verified: verified.is_some(),
@@ -258,11 +243,7 @@ mod tests {
             budget: Budget::new(10_000, 0.10, 0),
             capacity_source: "device".into(),
             strategy: StrategyName::Search(StrategyKind::Vramprobe),
-            search: SearchResult {
-                max_batch,
-                exact: true,
-                ..Default::default()
-            },
+            search: SearchResult { max_batch, exact: true, ..Default::default() },
             multiple_of,
         }
     }
@@ -270,10 +251,7 @@ mod tests {
     #[test]
     fn the_fit_predicts_beyond_the_verified_max() {
         // peak = 1000 + 100 b; budget = 10000 - 1000 = 9000 -> predicted 80.
-        let trials: Vec<_> = [1, 2, 4, 8]
-            .iter()
-            .map(|&b| synthetic(b, Outcome::Fits, 1000 + 100 * b))
-            .collect();
+        let trials: Vec<_> = [1, 2, 4, 8].iter().map(|&b| synthetic(b, Outcome::Fits, 1000 + 100 * b)).collect();
         let a = analyze(&trials, input(8, 1));
         assert_eq!(a.budget.budget_bytes, 9000);
         assert_eq!(a.predicted_max_batch, Some(80));
@@ -286,18 +264,11 @@ mod tests {
 
     #[test]
     fn rounding_to_a_multiple_is_verified_only_when_that_batch_ran() {
-        let trials: Vec<_> = [2, 16, 62, 63]
-            .iter()
-            .map(|&b| synthetic(b, Outcome::Fits, 1000 + 100 * b))
-            .collect();
+        let trials: Vec<_> = [2, 16, 62, 63].iter().map(|&b| synthetic(b, Outcome::Fits, 1000 + 100 * b)).collect();
         let a = analyze(&trials, input(63, 8));
         assert_eq!(a.recommended_batch, 56);
         assert!(!a.recommended_verified);
-        assert!(
-            a.notes.iter().any(|n| n.contains("56 was not run")),
-            "{:?}",
-            a.notes
-        );
+        assert!(a.notes.iter().any(|n| n.contains("56 was not run")), "{:?}", a.notes);
     }
 
     #[test]

@@ -135,15 +135,11 @@ pub struct InputShape(pub Vec<i64>);
 pub struct Batches(pub Vec<u64>);
 
 fn parse_input(s: &str) -> Result<InputShape, String> {
-    units::parse_input(s)
-        .map(InputShape)
-        .map_err(|e| e.to_string())
+    units::parse_input(s).map(InputShape).map_err(|e| e.to_string())
 }
 
 fn parse_batches(s: &str) -> Result<Batches, String> {
-    units::parse_batches(s)
-        .map(Batches)
-        .map_err(|e| e.to_string())
+    units::parse_batches(s).map(Batches).map_err(|e| e.to_string())
 }
 
 fn parse_batch(s: &str) -> Result<u64, String> {
@@ -155,16 +151,13 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 fn parse_device(s: &str) -> Result<DeviceRequest, String> {
-    s.parse()
-        .map_err(|e: crate::error::UsageError| e.to_string())
+    s.parse().map_err(|e: crate::error::UsageError| e.to_string())
 }
 
 fn parse_lr(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!(
-            "invalid learning rate '{s}': expected a positive number such as 0.001"
-        )),
+        _ => Err(format!("invalid learning rate '{s}': expected a positive number such as 0.001")),
     }
 }
 
@@ -176,9 +169,7 @@ fn parse_margin(s: &str) -> Result<f64, String> {
     };
     match value {
         Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "invalid margin '{s}': expected a share below 100%, e.g. 10% or 0.1"
-        )),
+        _ => Err(format!("invalid margin '{s}': expected a share below 100%, e.g. 10% or 0.1")),
     }
 }
 

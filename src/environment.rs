@@ -22,20 +22,8 @@ fn uname() -> (String, String) {
     if unsafe { libc::uname(&mut u) } != 0 {
         return ("unknown".into(), "unknown".into());
     }
-    let field = |f: &[libc::c_char]| {
-        unsafe { std::ffi::CStr::from_ptr(f.as_ptr()) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    (
-        format!(
-            "{} {} {}",
-            field(&u.sysname),
-            field(&u.release),
-            field(&u.machine)
-        ),
-        field(&u.nodename),
-    )
+    let field = |f: &[libc::c_char]| unsafe { std::ffi::CStr::from_ptr(f.as_ptr()) }.to_string_lossy().into_owned();
+    (format!("{} {} {}", field(&u.sysname), field(&u.release), field(&u.machine)), field(&u.nodename))
 }
 
 pub fn capture() -> Environment {
@@ -50,23 +38,15 @@ pub fn capture() -> Environment {
         cuda_driver_version: versions.cuda_driver,
         os,
         hostname,
-        cpu_threads: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        cpu_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     }
 }
 
 /// Now as `2026-12-02T16:35:21Z`, and a folder-friendly `20261202-163521`.
 pub fn utc_now() -> (String, String) {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (y, mo, d, h, mi, s) = civil_from_unix(secs);
-    (
-        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z"),
-        format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}"),
-    )
+    (format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z"), format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}"))
 }
 
 /// Howard Hinnant's days-to-civil algorithm.
@@ -82,14 +62,7 @@ fn civil_from_unix(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y,
-        m,
-        d,
-        (rem / 3600) as u32,
-        (rem % 3600 / 60) as u32,
-        (rem % 60) as u32,
-    )
+    (y, m, d, (rem / 3600) as u32, (rem % 3600 / 60) as u32, (rem % 60) as u32)
 }
 
 #[cfg(test)]

@@ -51,17 +51,8 @@ impl LinearFit {
             ss_tot += (y as f64 - mean_y).powi(2);
         }
         // A flat, exact line explains everything there is to explain.
-        let r2 = if ss_tot == 0.0 {
-            1.0
-        } else {
-            1.0 - ss_res / ss_tot
-        };
-        Ok(LinearFit {
-            fixed_bytes: fixed,
-            per_sample_bytes: per_sample,
-            r2,
-            points: points.len(),
-        })
+        let r2 = if ss_tot == 0.0 { 1.0 } else { 1.0 - ss_res / ss_tot };
+        Ok(LinearFit { fixed_bytes: fixed, per_sample_bytes: per_sample, r2, points: points.len() })
     }
 
     /// Fits the regime that matters for the limit: the longest run of the
@@ -99,10 +90,7 @@ impl LinearFit {
             }
         }
         let slope = median(&mut slopes);
-        let mut intercepts: Vec<f64> = points
-            .iter()
-            .map(|&(x, y)| y as f64 - slope * x as f64)
-            .collect();
+        let mut intercepts: Vec<f64> = points.iter().map(|&(x, y)| y as f64 - slope * x as f64).collect();
         let fixed = median(&mut intercepts);
         let mean_y = points.iter().map(|p| p.1 as f64).sum::<f64>() / points.len() as f64;
         let (mut ss_res, mut ss_tot) = (0.0, 0.0);
@@ -110,17 +98,8 @@ impl LinearFit {
             ss_res += (y as f64 - fixed - slope * x as f64).powi(2);
             ss_tot += (y as f64 - mean_y).powi(2);
         }
-        let r2 = if ss_tot == 0.0 {
-            ordinary.r2
-        } else {
-            1.0 - ss_res / ss_tot
-        };
-        Ok(LinearFit {
-            fixed_bytes: fixed,
-            per_sample_bytes: slope,
-            r2,
-            points: points.len(),
-        })
+        let r2 = if ss_tot == 0.0 { ordinary.r2 } else { 1.0 - ss_res / ss_tot };
+        Ok(LinearFit { fixed_bytes: fixed, per_sample_bytes: slope, r2, points: points.len() })
     }
 
     /// Predicted peak bytes at `batch`.
@@ -162,9 +141,7 @@ impl Budget {
             capacity_bytes,
             margin_fraction,
             non_pytorch_bytes,
-            budget_bytes: capacity_bytes
-                .saturating_sub(margin)
-                .saturating_sub(non_pytorch_bytes),
+            budget_bytes: capacity_bytes.saturating_sub(margin).saturating_sub(non_pytorch_bytes),
         }
     }
 
@@ -190,10 +167,7 @@ mod tests {
 
     #[test]
     fn exact_line_is_recovered_with_r2_of_one() {
-        let points: Vec<(u64, u64)> = [1u64, 2, 4, 8]
-            .iter()
-            .map(|&b| (b, 1000 + 250 * b))
-            .collect();
+        let points: Vec<(u64, u64)> = [1u64, 2, 4, 8].iter().map(|&b| (b, 1000 + 250 * b)).collect();
         let fit = LinearFit::fit(&points).unwrap();
         assert!((fit.fixed_bytes - 1000.0).abs() < 1e-6);
         assert!((fit.per_sample_bytes - 250.0).abs() < 1e-9);
@@ -211,10 +185,7 @@ mod tests {
     #[test]
     fn a_bend_at_small_batches_is_left_out_of_the_fit() {
         // Synthetic: peak = max(5000, 1000 + 1000 b), flat until batch 4.
-        let points: Vec<(u64, u64)> = [1u64, 2, 4, 8, 16, 32]
-            .iter()
-            .map(|&b| (b, 5000.max(1000 + 1000 * b)))
-            .collect();
+        let points: Vec<(u64, u64)> = [1u64, 2, 4, 8, 16, 32].iter().map(|&b| (b, 5000.max(1000 + 1000 * b))).collect();
         assert!(LinearFit::fit(&points).unwrap().r2 < LINEAR_R2);
         let fit = LinearFit::fit_upper_regime(&points).unwrap();
         assert_eq!(fit.points, 4);
@@ -224,10 +195,7 @@ mod tests {
 
     #[test]
     fn a_curve_with_no_straight_run_uses_the_three_largest_batches() {
-        let points: Vec<(u64, u64)> = [1u64, 2, 3, 4, 5]
-            .iter()
-            .map(|&b| (b, b * b * 100))
-            .collect();
+        let points: Vec<(u64, u64)> = [1u64, 2, 3, 4, 5].iter().map(|&b| (b, b * b * 100)).collect();
         let fit = LinearFit::fit_upper_regime(&points).unwrap();
         assert_eq!(fit.points, 3);
         assert!((fit.per_sample_bytes - 800.0).abs() < 1e-9);
@@ -235,27 +203,18 @@ mod tests {
 
     #[test]
     fn the_robust_line_ignores_one_bad_reading() {
-        let mut points: Vec<(u64, u64)> = [2u64, 8, 300]
-            .iter()
-            .map(|&b| (b, 1000 + 100 * b))
-            .collect();
+        let mut points: Vec<(u64, u64)> = [2u64, 8, 300].iter().map(|&b| (b, 1000 + 100 * b)).collect();
         points[1].1 += 50_000;
         let fit = LinearFit::robust(&points).unwrap();
         assert!((fit.per_sample_bytes - 100.0).abs() < 1e-9, "{fit:?}");
         assert!((fit.fixed_bytes - 1000.0).abs() < 1e-6, "{fit:?}");
         let exact = LinearFit::robust(&[(2, 1200), (8, 1800)]).unwrap();
-        assert_eq!(
-            (exact.fixed_bytes, exact.per_sample_bytes, exact.r2),
-            (1000.0, 100.0, 1.0)
-        );
+        assert_eq!((exact.fixed_bytes, exact.per_sample_bytes, exact.r2), (1000.0, 100.0, 1.0));
     }
 
     #[test]
     fn one_batch_size_cannot_be_fitted() {
-        assert_eq!(
-            LinearFit::fit(&[(4, 10), (4, 12)]),
-            Err(FitError::TooFewBatches(1))
-        );
+        assert_eq!(LinearFit::fit(&[(4, 10), (4, 12)]), Err(FitError::TooFewBatches(1)));
         assert_eq!(LinearFit::fit(&[]), Err(FitError::TooFewBatches(0)));
     }
 

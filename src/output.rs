@@ -11,14 +11,8 @@ use crate::error::UsageError;
 
 /// Writes `bytes` to `path` atomically.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| -> std::io::Result<()> {
         let mut f = fs::File::create(&tmp)?;
@@ -49,10 +43,7 @@ pub fn prepare_out_dir(out: Option<&Path>, model: &str, stamp: &str) -> Result<P
         }
     };
     let unusable = |e: &dyn std::fmt::Display| {
-        UsageError::new(format!(
-            "cannot write to the output folder {}: {e}",
-            dir.display()
-        ))
+        UsageError::new(format!("cannot write to the output folder {}: {e}", dir.display()))
     };
     fs::create_dir_all(&dir).map_err(|e| unusable(&e))?;
     let probe = dir.join(format!(".write-test-{}", std::process::id()));

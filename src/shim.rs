@@ -25,13 +25,7 @@ extern "C" {
     fn vp_cuda_stats(device: c_int, out: *mut RawCudaStats, err: *mut c_char, len: usize) -> c_int;
     fn vp_cuda_reset_peak(device: c_int, err: *mut c_char, len: usize) -> c_int;
     fn vp_cuda_empty_cache(err: *mut c_char, len: usize) -> c_int;
-    fn vp_cuda_mem_info(
-        device: c_int,
-        free: *mut i64,
-        total: *mut i64,
-        err: *mut c_char,
-        len: usize,
-    ) -> c_int;
+    fn vp_cuda_mem_info(device: c_int, free: *mut i64, total: *mut i64, err: *mut c_char, len: usize) -> c_int;
     fn vp_cuda_synchronize(device: c_int, err: *mut c_char, len: usize) -> c_int;
     fn vp_cuda_runtime_version() -> c_long;
     fn vp_host_tracking_start(err: *mut c_char, len: usize) -> c_int;
@@ -65,10 +59,7 @@ pub struct Counter {
 
 impl From<RawStat> for Counter {
     fn from(s: RawStat) -> Self {
-        Counter {
-            current: s.current.max(0) as u64,
-            peak: s.peak.max(0) as u64,
-        }
+        Counter { current: s.current.max(0) as u64, peak: s.peak.max(0) as u64 }
     }
 }
 

@@ -31,19 +31,8 @@ fn emit(out: &mut impl Write, msg: &Message) -> Result<()> {
 }
 
 fn end(out: &mut impl Write, err: &StepError, failed_step: Option<u32>) -> Result<()> {
-    let outcome = if err.oom {
-        Outcome::Oom
-    } else {
-        Outcome::Error
-    };
-    emit(
-        out,
-        &Message::End {
-            outcome,
-            message: Some(err.to_string()),
-            failed_step,
-        },
-    )
+    let outcome = if err.oom { Outcome::Oom } else { Outcome::Error };
+    emit(out, &Message::End { outcome, message: Some(err.to_string()), failed_step })
 }
 
 /// Runs the trial, writing its messages to `out`. Returns an error only when
@@ -89,22 +78,11 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             forward_seconds: times.forward,
             backward_seconds: times.backward,
             optimizer_seconds: times.optimizer,
-            samples_per_second: if wall > 0.0 {
-                spec.batch as f64 / wall
-            } else {
-                0.0
-            },
+            samples_per_second: if wall > 0.0 { spec.batch as f64 / wall } else { 0.0 },
             ..StepRecord::default()
         };
         probe.read_into(&mut rec);
         emit(out, &Message::Step(Box::new(rec)))?;
     }
-    emit(
-        out,
-        &Message::End {
-            outcome: Outcome::Fits,
-            message: None,
-            failed_step: None,
-        },
-    )
+    emit(out, &Message::End { outcome: Outcome::Fits, message: None, failed_step: None })
 }

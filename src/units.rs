@@ -18,8 +18,8 @@ const UNITS: [(&str, u64); 9] = [
 pub fn parse_bytes(text: &str) -> Result<u64, UsageError> {
     let bad = || {
         UsageError::new(format!(
-        "invalid size '{text}': expected a number with an optional unit, e.g. 6GiB, 512MiB, 8GB or 1073741824"
-    ))
+            "invalid size '{text}': expected a number with an optional unit, e.g. 6GiB, 512MiB, 8GB or 1073741824"
+        ))
     };
     let lower = text.trim().to_ascii_lowercase();
     let (number, scale) = UNITS
@@ -40,18 +40,12 @@ pub fn parse_bytes(text: &str) -> Result<u64, UsageError> {
 /// Parses an input shape such as `3x224x224` (channels x height x width).
 pub fn parse_input(text: &str) -> Result<Vec<i64>, UsageError> {
     let bad = |why: &str| {
-        UsageError::new(format!(
-            "invalid --input '{text}': {why} (expected dimensions joined by 'x', e.g. 3x224x224)"
-        ))
+        UsageError::new(format!("invalid --input '{text}': {why} (expected dimensions joined by 'x', e.g. 3x224x224)"))
     };
     let dims = text
         .trim()
         .split(['x', 'X'])
-        .map(|d| {
-            d.trim()
-                .parse::<i64>()
-                .map_err(|_| bad("not a whole number"))
-        })
+        .map(|d| d.trim().parse::<i64>().map_err(|_| bad("not a whole number")))
         .collect::<Result<Vec<_>, _>>()?;
     if dims.iter().any(|&d| d <= 0) {
         return Err(bad("every dimension must be at least 1"));
@@ -64,22 +58,15 @@ pub fn parse_input(text: &str) -> Result<Vec<i64>, UsageError> {
 
 /// Formats an input shape back as `3x224x224`.
 pub fn format_input(dims: &[i64]) -> String {
-    dims.iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join("x")
+    dims.iter().map(i64::to_string).collect::<Vec<_>>().join("x")
 }
 
 /// Parses a positive batch size.
 pub fn parse_batch(text: &str) -> Result<u64, UsageError> {
     match text.trim().parse::<i64>() {
         Ok(b) if b >= 1 => Ok(b as u64),
-        Ok(b) => Err(UsageError::new(format!(
-            "invalid batch size {b}: a batch must be at least 1"
-        ))),
-        Err(_) => Err(UsageError::new(format!(
-            "invalid batch size '{text}': expected a whole number such as 32"
-        ))),
+        Ok(b) => Err(UsageError::new(format!("invalid batch size {b}: a batch must be at least 1"))),
+        Err(_) => Err(UsageError::new(format!("invalid batch size '{text}': expected a whole number such as 32"))),
     }
 }
 

@@ -93,19 +93,9 @@ fn guarded<T>(phase: Phase, f: impl FnOnce() -> Result<T, tch::TchError>) -> Res
             .unwrap_or_else(|| "libtorch panicked".into()),
     };
     // Keep the first line: libtorch appends C++ backtraces to its messages.
-    let first = message
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    let first = first
-        .strip_prefix("called `Result::unwrap()` on an `Err` value: ")
-        .unwrap_or(first);
-    Err(StepError {
-        oom: is_oom_message(&message),
-        phase,
-        message: first.to_string(),
-    })
+    let first = message.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let first = first.strip_prefix("called `Result::unwrap()` on an `Err` value: ").unwrap_or(first);
+    Err(StepError { oom: is_oom_message(&message), phase, message: first.to_string() })
 }
 
 /// What to train and how.
@@ -144,11 +134,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn new(
-        spec: &ModelSpec,
-        config: WorkloadConfig,
-        device: Device,
-    ) -> Result<Workload, StepError> {
+    pub fn new(spec: &ModelSpec, config: WorkloadConfig, device: Device) -> Result<Workload, StepError> {
         guarded(Phase::Build, || {
             let vs = nn::VarStore::new(device.tch());
             let net = spec.build(&vs.root(), config.classes);
@@ -156,13 +142,7 @@ impl Workload {
             for var in vs.trainable_variables() {
                 optimizer.add_parameters(&var, 0)?;
             }
-            Ok(Workload {
-                config,
-                device,
-                vs,
-                net,
-                optimizer,
-            })
+            Ok(Workload { config, device, vs, net, optimizer })
         })
     }
 
@@ -171,11 +151,7 @@ impl Workload {
     }
 
     pub fn parameter_bytes(&self) -> u64 {
-        self.vs
-            .trainable_variables()
-            .iter()
-            .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
-            .sum()
+        self.vs.trainable_variables().iter().map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64).sum()
     }
 
     fn sync(&self) -> Result<(), tch::TchError> {
@@ -205,9 +181,7 @@ impl Workload {
         let loss = guarded(Phase::Forward, || {
             self.optimizer.zero_grad()?;
             let out = self.net.forward(&xs, true);
-            let ce = |logits: &Tensor| {
-                logits.f_cross_entropy_loss::<Tensor>(&ys, None, Reduction::Mean, -100, 0.0)
-            };
+            let ce = |logits: &Tensor| logits.f_cross_entropy_loss::<Tensor>(&ys, None, Reduction::Mean, -100, 0.0);
             let mut loss = ce(&out.logits)?;
             if let Some(aux) = &out.aux {
                 // torchvision's reference recipe weights the auxiliary loss by 0.4.
@@ -243,15 +217,9 @@ mod tests {
 
     #[test]
     fn oom_messages_of_every_allocator_are_recognised() {
-        assert!(is_oom_message(
-            "CUDA out of memory. Tried to allocate 2.00 GiB"
-        ));
+        assert!(is_oom_message("CUDA out of memory. Tried to allocate 2.00 GiB"));
         assert!(is_oom_message("CUDA error: out of memory"));
-        assert!(is_oom_message(
-            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"
-        ));
-        assert!(!is_oom_message(
-            "Expected 4-dimensional input for 4-dimensional weight"
-        ));
+        assert!(is_oom_message("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"));
+        assert!(!is_oom_message("Expected 4-dimensional input for 4-dimensional weight"));
     }
 }

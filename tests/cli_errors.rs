@@ -12,32 +12,21 @@ fn vramprobe() -> Command {
 fn assert_clean(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr).into_owned();
     assert!(!text.contains("panicked"), "panic in stderr: {text}");
-    assert!(
-        !text.contains("stack backtrace"),
-        "backtrace in stderr: {text}"
-    );
+    assert!(!text.contains("stack backtrace"), "backtrace in stderr: {text}");
     text
 }
 
 /// Runs `args`, expects `code`, and returns stderr.
 fn fails(args: &[&str], code: i32) -> String {
     let out = vramprobe().args(args).output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "args {args:?}: stderr {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(code), "args {args:?}: stderr {}", String::from_utf8_lossy(&out.stderr));
     assert_clean(&out.stderr)
 }
 
 #[test]
 fn unknown_model_lists_the_known_ones() {
     let err = fails(&["sweep", "--model", "resnet19"], 2);
-    assert!(
-        err.contains("unknown model 'resnet19'") && err.contains("resnet18, resnet34"),
-        "{err}"
-    );
+    assert!(err.contains("unknown model 'resnet19'") && err.contains("resnet18, resnet34"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
@@ -62,10 +51,7 @@ fn malformed_options_are_usage_errors() {
         (&["--verify-steps", "0"], "--verify-steps"),
         (&["--tolerance", "-1"], "--tolerance"),
         (&["--strategy", "guess"], "guess"),
-        (
-            &["--batches", "1,2", "--strategy", "accelerate"],
-            "cannot be used with",
-        ),
+        (&["--batches", "1,2", "--strategy", "accelerate"], "cannot be used with"),
         (&["--classes", "0"], "--classes"),
         (&["--classes", "-2"], "--classes"),
         (&["--steps", "-1"], "--verify-steps"),
@@ -76,31 +62,14 @@ fn malformed_options_are_usage_errors() {
         let mut args = vec!["sweep", "--model", "resnet18"];
         args.extend_from_slice(extra);
         let err = fails(&args, 2);
-        assert!(
-            err.contains(expected),
-            "{extra:?}: expected '{expected}' in: {err}"
-        );
+        assert!(err.contains(expected), "{extra:?}: expected '{expected}' in: {err}");
     }
 }
 
 #[test]
 fn an_unwritable_out_folder_is_refused_before_measuring() {
-    let err = fails(
-        &[
-            "sweep",
-            "--model",
-            "resnet18",
-            "--device",
-            "cpu",
-            "--out",
-            "/proc/vramprobe/out",
-        ],
-        2,
-    );
-    assert!(
-        err.contains("cannot write to the output folder /proc/vramprobe/out"),
-        "{err}"
-    );
+    let err = fails(&["sweep", "--model", "resnet18", "--device", "cpu", "--out", "/proc/vramprobe/out"], 2);
+    assert!(err.contains("cannot write to the output folder /proc/vramprobe/out"), "{err}");
 }
 
 #[test]
@@ -134,29 +103,13 @@ fn a_model_that_does_not_fit_at_batch_1_says_so_with_numbers() {
         ],
         1,
     );
-    assert!(
-        err.contains("resnet18 does not fit even at batch 1 on cpu"),
-        "{err}"
-    );
-    assert!(
-        err.contains("over the budget") && err.contains("capacity 150.00 MiB"),
-        "{err}"
-    );
+    assert!(err.contains("resnet18 does not fit even at batch 1 on cpu"), "{err}");
+    assert!(err.contains("over the budget") && err.contains("capacity 150.00 MiB"), "{err}");
     // What was measured is still written.
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["status"], "failed");
-    let batches: Vec<u64> = report["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["batch"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        batches,
-        vec![2, 1],
-        "the search tries batch 1 after batch 2 does not fit"
-    );
+    let batches: Vec<u64> = report["trials"].as_array().unwrap().iter().map(|t| t["batch"].as_u64().unwrap()).collect();
+    assert_eq!(batches, vec![2, 1], "the search tries batch 1 after batch 2 does not fit");
 }
 
 #[test]
@@ -178,15 +131,9 @@ fn a_trial_past_its_timeout_is_reported_as_such() {
         ],
         1,
     );
-    assert!(
-        err.contains("the trial at batch 2 failed: no result within the 1s trial timeout"),
-        "{err}"
-    );
+    assert!(err.contains("the trial at batch 2 failed: no result within the 1s trial timeout"), "{err}");
     let sweep = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
-    assert!(
-        sweep.lines().nth(1).unwrap().contains(",timeout,"),
-        "{sweep}"
-    );
+    assert!(sweep.lines().nth(1).unwrap().contains(",timeout,"), "{sweep}");
 }
 
 #[test]

@@ -20,10 +20,7 @@ fn host_tracking_counts_exact_bytes() {
     drop(t);
     drop(u);
     let after = shim::host_stats();
-    assert_eq!(
-        after.current, baseline,
-        "current returns to the baseline when tensors are dropped"
-    );
+    assert_eq!(after.current, baseline, "current returns to the baseline when tensors are dropped");
     assert_eq!(after.peak - baseline, 4_194_304 + 120);
 
     // resnet18: 11,689,512 parameters (46,758,048 bytes) plus batch-norm

@@ -25,11 +25,7 @@ fn parameter_counts_equal_torchvision() {
     assert_eq!(model::all().len(), TORCHVISION_PARAMETERS.len());
     for (name, expected) in TORCHVISION_PARAMETERS {
         let spec = model::find(name).unwrap();
-        assert_eq!(
-            spec.parameter_count(spec.default_classes),
-            expected,
-            "{name}"
-        );
+        assert_eq!(spec.parameter_count(spec.default_classes), expected, "{name}");
     }
 }
 
@@ -37,8 +33,5 @@ fn parameter_counts_equal_torchvision() {
 fn unknown_models_list_the_known_ones() {
     let err = model::find("resnet19").err().unwrap().to_string();
     assert!(err.contains("unknown model 'resnet19'"), "{err}");
-    assert!(
-        err.contains("resnet18") && err.contains("inception_v3"),
-        "{err}"
-    );
+    assert!(err.contains("resnet18") && err.contains("inception_v3"), "{err}");
 }

@@ -66,10 +66,7 @@ fn a_child_killed_by_a_signal_is_killed() {
 fn a_hanging_child_and_its_children_are_killed_at_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("grandchild-survived");
-    let exe = script(
-        &dir,
-        &format!("(sleep 3; touch {}) &\nsleep 60", marker.display()),
-    );
+    let exe = script(&dir, &format!("(sleep 3; touch {}) &\nsleep 60", marker.display()));
     let started = Instant::now();
     let r = run_trial(&exe, 1, &spec(), Duration::from_secs(1), |_| {});
     assert_eq!(r.outcome, Outcome::Timeout);
@@ -81,28 +78,16 @@ fn a_hanging_child_and_its_children_are_killed_at_the_timeout() {
 #[test]
 fn a_child_that_exits_without_a_result_is_an_error_with_its_stderr() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = script(
-        &dir,
-        "echo 'libtorch_cpu.so: cannot open shared object file' >&2; exit 127",
-    );
+    let exe = script(&dir, "echo 'libtorch_cpu.so: cannot open shared object file' >&2; exit 127");
     let r = run_trial(&exe, 1, &spec(), Duration::from_secs(30), |_| {});
     assert_eq!(r.outcome, Outcome::Error);
     let msg = r.message.unwrap();
-    assert!(
-        msg.contains("code 127") && msg.contains("cannot open shared object"),
-        "{msg}"
-    );
+    assert!(msg.contains("code 127") && msg.contains("cannot open shared object"), "{msg}");
 }
 
 #[test]
 fn a_missing_binary_is_an_error_not_a_panic() {
-    let r = run_trial(
-        std::path::Path::new("/nonexistent/vramprobe"),
-        1,
-        &spec(),
-        Duration::from_secs(5),
-        |_| {},
-    );
+    let r = run_trial(std::path::Path::new("/nonexistent/vramprobe"), 1, &spec(), Duration::from_secs(5), |_| {});
     assert_eq!(r.outcome, Outcome::Error);
     assert!(r.message.unwrap().contains("could not start"));
 }

@@ -19,22 +19,9 @@ fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> (Vec<String>, Vec<T>
 
 /// Runs one trial child directly and returns its messages.
 fn trial(args: &[&str]) -> Vec<Message> {
-    let out = vramprobe()
-        .arg("trial")
-        .arg("--json")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    let out = vramprobe().arg("trial").arg("--json").args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 #[test]
@@ -44,63 +31,28 @@ fn a_small_cpu_sweep_is_linear_and_predicts_a_held_out_batch() {
     // SGD at 64x64: activations outgrow the optimizer's temporaries from
     // batch 1 on (with Adam at this size the peak sits in the optimizer step
     // and stays flat up to batch 8).
-    let base = [
-        "--model",
-        "resnet18",
-        "--input",
-        "3x64x64",
-        "--classes",
-        "10",
-        "--optimizer",
-        "sgd",
-        "--device",
-        "cpu",
-    ];
+    let base =
+        ["--model", "resnet18", "--input", "3x64x64", "--classes", "10", "--optimizer", "sgd", "--device", "cpu"];
     let mut args = vec!["sweep"];
     args.extend(base);
-    args.extend([
-        "--batches",
-        "1,2,4,8,16,32",
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
+    args.extend(["--batches", "1,2,4,8,16,32", "--out", out.to_str().unwrap(), "--quiet"]);
     let run = vramprobe().args(&args).output().unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        stdout.contains("recommended batch") && stdout.contains("per sample"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("recommended batch") && stdout.contains("per sample"), "{stdout}");
 
     // sweep.csv: every trial fits and peaks strictly increase with the batch.
     let (_, trials) = read_csv::<SweepRow>(&out.join("sweep.csv"));
-    assert_eq!(
-        trials.iter().map(|t| t.batch).collect::<Vec<_>>(),
-        vec![1, 2, 4, 8, 16, 32]
-    );
-    assert!(trials
-        .iter()
-        .all(|t| t.outcome == "fits" && t.steps_completed == 3));
-    let peaks: Vec<u64> = trials
-        .iter()
-        .map(|t| t.peak_allocated_bytes.unwrap())
-        .collect();
+    assert_eq!(trials.iter().map(|t| t.batch).collect::<Vec<_>>(), vec![1, 2, 4, 8, 16, 32]);
+    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3));
+    let peaks: Vec<u64> = trials.iter().map(|t| t.peak_allocated_bytes.unwrap()).collect();
     assert!(peaks.windows(2).all(|w| w[0] < w[1]), "{peaks:?}");
 
     // steps.csv holds every step, consistent with sweep.csv.
     let (_, steps) = read_csv::<StepRecord>(&out.join("steps.csv"));
     assert_eq!(steps.len(), 18);
     for t in &trials {
-        let max = steps
-            .iter()
-            .filter(|s| s.trial == t.trial)
-            .map(|s| s.peak_allocated_bytes)
-            .max();
+        let max = steps.iter().filter(|s| s.trial == t.trial).map(|s| s.peak_allocated_bytes).max();
         assert_eq!(max, t.peak_allocated_bytes);
     }
 
@@ -109,25 +61,12 @@ fn a_small_cpu_sweep_is_linear_and_predicts_a_held_out_batch() {
     assert_eq!(plan.len(), 1);
     let p = &plan[0];
     assert_eq!(
-        (
-            p.model.as_str(),
-            p.input.as_str(),
-            p.device.as_str(),
-            p.fit_basis.as_str()
-        ),
+        (p.model.as_str(), p.input.as_str(), p.device.as_str(), p.fit_basis.as_str()),
         ("resnet18", "3x64x64", "cpu", "peak_allocated")
     );
     assert!(p.r2.unwrap() >= 0.999, "r2 {:?}", p.r2);
     // The largest listed batch is the verified max; the fit predicts beyond it.
-    assert_eq!(
-        (
-            p.max_batch,
-            p.recommended_batch,
-            p.exact,
-            p.strategy.as_str()
-        ),
-        (32, 32, false, "listed-batches")
-    );
+    assert_eq!((p.max_batch, p.recommended_batch, p.exact, p.strategy.as_str()), (32, 32, false, "listed-batches"));
     assert!(p.recommended_verified && p.predicted_max_batch.unwrap() > 32);
 
     // A batch the fit never saw: the prediction is within 1% of the measured peak.
@@ -143,22 +82,13 @@ fn a_small_cpu_sweep_is_linear_and_predicts_a_held_out_batch() {
         .unwrap() as f64;
     let predicted = p.fixed_bytes.unwrap() as f64 + 24.0 * p.per_sample_bytes.unwrap() as f64;
     let error = (predicted - measured).abs() / measured;
-    assert!(
-        error < 0.01,
-        "predicted {predicted}, measured {measured}: {:.3}% off",
-        error * 100.0
-    );
+    assert!(error < 0.01, "predicted {predicted}, measured {measured}: {:.3}% off", error * 100.0);
 
     // report.json has the environment and the command line.
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["status"], "complete");
     assert_eq!(report["environment"]["torch_version"], "2.13.0");
-    assert!(report["command_line"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|a| a == "--batches"));
+    assert!(report["command_line"].as_array().unwrap().iter().any(|a| a == "--batches"));
 }
 
 #[test]
@@ -182,19 +112,8 @@ fn csv_headers_are_stable() {
         .arg("--quiet")
         .output()
         .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let header = |name: &str| {
-        std::fs::read_to_string(out.join(name))
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap()
-            .to_string()
-    };
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let header = |name: &str| std::fs::read_to_string(out.join(name)).unwrap().lines().next().unwrap().to_string();
     assert_eq!(
         header("plan.csv"),
         "schema_version,model,input,classes,device,device_name,mode,precision,optimizer,capacity_bytes,margin_fraction,non_pytorch_bytes,budget_bytes,fit_basis,fixed_bytes,per_sample_bytes,r2,fit_points,strategy,trials,max_batch,exact,predicted_max_batch,recommended_batch,recommended_verified,recommended_peak_bytes,headroom_bytes"
@@ -209,37 +128,26 @@ fn csv_headers_are_stable() {
     );
     // CPU rows leave the CUDA columns empty rather than writing zeros.
     let (_, steps) = read_csv::<StepRecord>(&out.join("steps.csv"));
-    assert!(steps.iter().all(|s| s.reserved_bytes.is_none()
-        && s.nvml_used_bytes.is_none()
-        && s.host_peak_rss_bytes.is_some()));
+    assert!(steps
+        .iter()
+        .all(|s| s.reserved_bytes.is_none() && s.nvml_used_bytes.is_none() && s.host_peak_rss_bytes.is_some()));
     // The plan parses back into the trainer's type with its schema version.
     let (_, plan) = read_csv::<PlanRow>(&out.join("plan.csv"));
-    assert_eq!(
-        plan[0].schema_version,
-        vramprobe::report::csv::PLAN_SCHEMA_VERSION
-    );
+    assert_eq!(plan[0].schema_version, vramprobe::report::csv::PLAN_SCHEMA_VERSION);
 }
 
 #[test]
 fn a_real_allocator_failure_is_classified_oom() {
     // 10 million 3x224x224 f32 images are 6 TB: libtorch's CPU allocator refuses.
-    let messages = trial(&[
-        "--model", "resnet18", "--device", "cpu", "--batch", "10000000",
-    ]);
-    let Some(Message::End {
-        outcome,
-        message,
-        failed_step,
-    }) = messages.last()
-    else {
+    let messages = trial(&["--model", "resnet18", "--device", "cpu", "--batch", "10000000"]);
+    let Some(Message::End { outcome, message, failed_step }) = messages.last() else {
         panic!("no end record: {messages:?}");
     };
     assert_eq!(*outcome, Outcome::Oom);
     assert_eq!(*failed_step, Some(1));
     let message = message.as_deref().unwrap();
     assert!(
-        message.contains("out of memory in data creation")
-            && message.contains("can't allocate memory"),
+        message.contains("out of memory in data creation") && message.contains("can't allocate memory"),
         "{message}"
     );
     assert!(!message.contains('\n'), "one line: {message}");
@@ -266,37 +174,21 @@ fn a_sweep_stops_at_the_first_oom_and_keeps_what_it_measured() {
         .arg("--quiet")
         .output()
         .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let (_, trials) = read_csv::<SweepRow>(&out.join("sweep.csv"));
     let outcomes: Vec<&str> = trials.iter().map(|t| t.outcome.as_str()).collect();
     assert_eq!(outcomes, ["fits", "fits", "oom"]);
     let (_, plan) = read_csv::<PlanRow>(&out.join("plan.csv"));
     assert_eq!(plan[0].max_batch, 2);
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let notes = report["analysis"]["notes"].to_string();
     assert!(notes.contains("40000000"), "{notes}");
 }
 
 /// Runs a sweep and returns its plan row.
 fn sweep_plan(out: &Path, args: &[&str]) -> PlanRow {
-    let run = vramprobe()
-        .arg("sweep")
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let run = vramprobe().arg("sweep").args(args).arg("--out").arg(out).arg("--quiet").output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     read_csv::<PlanRow>(&out.join("plan.csv")).1.remove(0)
 }
 
@@ -324,17 +216,10 @@ fn the_search_finds_exactly_the_max_an_exhaustive_scan_finds() {
     scan_args.extend(["--batches", &every]);
     let scan = sweep_plan(&dir.path().join("scan"), &scan_args);
     assert!(scan.exact, "the scan ran past the max");
-    assert!(
-        (20..110).contains(&scan.max_batch),
-        "capacity gives a max of {}",
-        scan.max_batch
-    );
+    assert!((20..110).contains(&scan.max_batch), "capacity gives a max of {}", scan.max_batch);
 
     let search = sweep_plan(&dir.path().join("search"), &workload);
-    assert_eq!(
-        (search.strategy.as_str(), search.max_batch, search.exact),
-        ("vramprobe", scan.max_batch, true)
-    );
+    assert_eq!((search.strategy.as_str(), search.max_batch, search.exact), ("vramprobe", scan.max_batch, true));
     assert!(search.recommended_verified);
     assert!(search.trials <= 7, "{} trials", search.trials);
 

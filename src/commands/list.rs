@@ -33,13 +33,7 @@ pub fn models(args: ListArgs) -> Result<i32> {
         return Ok(0);
     }
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "model",
-        "family",
-        "default input",
-        "classes",
-        "parameters",
-    ]);
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec!["model", "family", "default input", "classes", "parameters"]);
     for l in &lines {
         t.add_row(vec![
             l.name.to_string(),
@@ -72,12 +66,7 @@ pub fn devices(args: ListArgs) -> Result<i32> {
         return Ok(0);
     }
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "device",
-        "name",
-        "total memory",
-        "versions",
-    ]);
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec!["device", "name", "total memory", "versions"]);
     for d in &list {
         t.add_row(vec![
             d.device.to_string(),
@@ -88,9 +77,7 @@ pub fn devices(args: ListArgs) -> Result<i32> {
     }
     println!("{t}");
     if list.iter().all(|d| !d.device.is_cuda()) {
-        println!(
-            "No CUDA device found (no GPU, or no NVIDIA driver): vramprobe measures on the CPU."
-        );
+        println!("No CUDA device found (no GPU, or no NVIDIA driver): vramprobe measures on the CPU.");
     }
     Ok(0)
 }

@@ -24,10 +24,7 @@ fn workload_config(args: &WorkloadArgs) -> Result<WorkloadConfig> {
     let spec = model::find(&args.model)?;
     Ok(WorkloadConfig {
         model: spec.name.to_string(),
-        input: args
-            .input
-            .clone()
-            .map_or_else(|| spec.default_input.to_vec(), |i| i.0),
+        input: args.input.clone().map_or_else(|| spec.default_input.to_vec(), |i| i.0),
         classes: args.classes.unwrap_or(spec.default_classes),
         optimizer: args.optimizer,
         lr: args.lr,

@@ -38,8 +38,7 @@ impl Progress for Lines {
         match r.outcome {
             Outcome::Fits => eprintln!(
                 " fits  peak {}  {:.3} s/step  ({:.1}s)",
-                r.peak_allocated_bytes()
-                    .map_or("-".into(), |b| human_bytes(b as f64)),
+                r.peak_allocated_bytes().map_or("-".into(), |b| human_bytes(b as f64)),
                 r.mean_step_seconds().unwrap_or(0.0),
                 r.wall_seconds
             ),
@@ -82,33 +81,17 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     };
     let report = sweep::run(&cfg, &mut Lines { quiet: args.quiet })?;
     print!("{}", table::summary(&report));
-    println!(
-        "Wrote {}: steps.csv, sweep.csv, plan.csv, report.json",
-        out_dir.display()
-    );
+    println!("Wrote {}: steps.csv, sweep.csv, plan.csv, report.json", out_dir.display());
 
-    let analysis = report
-        .analysis
-        .as_ref()
-        .ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
+    let analysis = report.analysis.as_ref().ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
     if analysis.max_batch == 0 {
-        return Err(does_not_fit(
-            &report.workload.model,
-            &cfg,
-            &report.trials,
-            analysis.budget,
-        ));
+        return Err(does_not_fit(&report.workload.model, &cfg, &report.trials, analysis.budget));
     }
     Ok(0)
 }
 
 /// The error for a model that does not fit even at the smallest batch, with the numbers.
-fn does_not_fit(
-    model: &str,
-    cfg: &SweepConfig,
-    trials: &[TrialResult],
-    budget: crate::fit::Budget,
-) -> anyhow::Error {
+fn does_not_fit(model: &str, cfg: &SweepConfig, trials: &[TrialResult], budget: crate::fit::Budget) -> anyhow::Error {
     let budget_text = format!(
         "capacity {}, budget {}",
         human_bytes(budget.capacity_bytes as f64),
@@ -121,9 +104,7 @@ fn does_not_fit(
         Outcome::Oom => format!("out of memory ({})", first.message.as_deref().unwrap_or("")),
         Outcome::Fits => format!(
             "its peak is {}, over the budget",
-            first
-                .peak_allocated_bytes()
-                .map_or("?".into(), |b| human_bytes(b as f64))
+            first.peak_allocated_bytes().map_or("?".into(), |b| human_bytes(b as f64))
         ),
         _ => {
             return anyhow!(
@@ -133,9 +114,5 @@ fn does_not_fit(
             )
         }
     };
-    anyhow!(
-        "{model} does not fit even at batch {} on {}: {why}; {budget_text}",
-        first.batch,
-        cfg.device
-    )
+    anyhow!("{model} does not fit even at batch {} on {}: {why}; {budget_text}", first.batch, cfg.device)
 }

@@ -36,18 +36,14 @@ fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
-            })
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
         })
         .unwrap_or_else(|| "CPU".into())
 }
 
 pub fn info() -> DeviceInfo {
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     DeviceInfo {
         device: Device::Cpu,
         name: cpu_name(),

@@ -28,15 +28,11 @@ impl FromStr for DeviceRequest {
             "auto" => Ok(DeviceRequest::Auto),
             "cpu" => Ok(DeviceRequest::Cpu),
             "cuda" => Ok(DeviceRequest::Cuda(0)),
-            other => other
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse::<usize>().ok())
-                .map(DeviceRequest::Cuda)
-                .ok_or_else(|| {
-                    UsageError::new(format!(
-                        "invalid --device '{text}': expected auto, cpu, cuda or cuda:N"
-                    ))
-                }),
+            other => {
+                other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()).map(DeviceRequest::Cuda).ok_or_else(
+                    || UsageError::new(format!("invalid --device '{text}': expected auto, cpu, cuda or cuda:N")),
+                )
+            }
         }
     }
 }
@@ -96,10 +92,9 @@ pub fn resolve(request: DeviceRequest) -> Result<(Device, Option<String>), Usage
     match request {
         DeviceRequest::Cpu => Ok((Device::Cpu, None)),
         DeviceRequest::Auto if cuda_count > 0 => Ok((Device::Cuda(0), None)),
-        DeviceRequest::Auto => Ok((
-            Device::Cpu,
-            Some("no CUDA device found: measuring on the CPU (exact host tracking)".into()),
-        )),
+        DeviceRequest::Auto => {
+            Ok((Device::Cpu, Some("no CUDA device found: measuring on the CPU (exact host tracking)".into())))
+        }
         DeviceRequest::Cuda(_) if cuda_count == 0 => Err(UsageError::new(
             "--device cuda was requested but no CUDA device is available (use --device cpu or auto)",
         )),
@@ -133,19 +128,10 @@ mod tests {
 
     #[test]
     fn device_requests_parse() {
-        assert_eq!(
-            "auto".parse::<DeviceRequest>().unwrap(),
-            DeviceRequest::Auto
-        );
+        assert_eq!("auto".parse::<DeviceRequest>().unwrap(), DeviceRequest::Auto);
         assert_eq!("cpu".parse::<DeviceRequest>().unwrap(), DeviceRequest::Cpu);
-        assert_eq!(
-            "cuda".parse::<DeviceRequest>().unwrap(),
-            DeviceRequest::Cuda(0)
-        );
-        assert_eq!(
-            "cuda:3".parse::<DeviceRequest>().unwrap(),
-            DeviceRequest::Cuda(3)
-        );
+        assert_eq!("cuda".parse::<DeviceRequest>().unwrap(), DeviceRequest::Cuda(0));
+        assert_eq!("cuda:3".parse::<DeviceRequest>().unwrap(), DeviceRequest::Cuda(3));
         for bad in ["gpu", "cuda:", "cuda:x", "cuda:-1", ""] {
             assert!(bad.parse::<DeviceRequest>().is_err(), "{bad} was accepted");
         }

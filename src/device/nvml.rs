@@ -32,29 +32,20 @@ pub struct Nvml(nvml_wrapper::Nvml);
 impl Nvml {
     /// Opens NVML (libnvidia-ml.so.1, loaded at run time).
     pub fn open() -> Result<Nvml, String> {
-        nvml_wrapper::Nvml::init()
-            .map(Nvml)
-            .map_err(|e| format!("NVML unavailable: {e}"))
+        nvml_wrapper::Nvml::init().map(Nvml).map_err(|e| format!("NVML unavailable: {e}"))
     }
 
     pub fn versions(&self) -> Versions {
         Versions {
             driver: self.0.sys_driver_version().ok(),
             cuda_driver: self.0.sys_cuda_driver_version().ok().map(|v| {
-                format!(
-                    "{}.{}",
-                    nvml_wrapper::cuda_driver_version_major(v),
-                    nvml_wrapper::cuda_driver_version_minor(v)
-                )
+                format!("{}.{}", nvml_wrapper::cuda_driver_version_major(v), nvml_wrapper::cuda_driver_version_minor(v))
             }),
         }
     }
 
     pub fn name_and_total(&self, index: usize) -> Result<(String, u64), String> {
-        let device = self
-            .0
-            .device_by_index(index as u32)
-            .map_err(|e| e.to_string())?;
+        let device = self.0.device_by_index(index as u32).map_err(|e| e.to_string())?;
         let name = device.name().map_err(|e| e.to_string())?;
         let total = device.memory_info().map_err(|e| e.to_string())?.total;
         Ok((name, total))
@@ -70,13 +61,10 @@ impl Nvml {
         let utilization = device.utilization_rates().ok();
         let pid = std::process::id();
         let process_used_bytes = device.running_compute_processes().ok().and_then(|procs| {
-            procs
-                .iter()
-                .find(|p| p.pid == pid)
-                .and_then(|p| match p.used_gpu_memory {
-                    UsedGpuMemory::Used(bytes) => Some(bytes),
-                    UsedGpuMemory::Unavailable => None,
-                })
+            procs.iter().find(|p| p.pid == pid).and_then(|p| match p.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => Some(bytes),
+                UsedGpuMemory::Unavailable => None,
+            })
         });
         NvmlReading {
             used_bytes: memory.as_ref().map(|m| m.used),

@@ -34,9 +34,7 @@ impl Probe {
     pub fn current_bytes(&self) -> u64 {
         match self.device {
             Device::Cpu => shim::host_stats().current,
-            Device::Cuda(i) => shim::cuda_stats(i)
-                .map(|s| s.allocated.current)
-                .unwrap_or(0),
+            Device::Cuda(i) => shim::cuda_stats(i).map(|s| s.allocated.current).unwrap_or(0),
         }
     }
 
@@ -49,13 +47,8 @@ impl Probe {
             }
             Device::Cuda(i) => {
                 let from_nvml = self.nvml.as_ref().and_then(|n| n.name_and_total(i).ok());
-                let total = from_nvml
-                    .as_ref()
-                    .map(|t| t.1)
-                    .or_else(|| shim::cuda_mem_info(i).ok().map(|m| m.1));
-                let name = from_nvml
-                    .map(|t| t.0)
-                    .unwrap_or_else(|| format!("CUDA device {i}"));
+                let total = from_nvml.as_ref().map(|t| t.1).or_else(|| shim::cuda_mem_info(i).ok().map(|m| m.1));
+                let name = from_nvml.map(|t| t.0).unwrap_or_else(|| format!("CUDA device {i}"));
                 (name, total)
             }
         }

@@ -8,16 +8,8 @@ use tch::{nn, nn::ModuleT, Tensor};
 use super::{Network, Outputs};
 
 fn conv_bn(p: nn::Path, c_in: i64, c_out: i64, ksize: i64, pad: i64, stride: i64) -> impl ModuleT {
-    let conv2d_cfg = nn::ConvConfig {
-        stride,
-        padding: pad,
-        bias: false,
-        ..Default::default()
-    };
-    let bn_cfg = nn::BatchNormConfig {
-        eps: 0.001,
-        ..Default::default()
-    };
+    let conv2d_cfg = nn::ConvConfig { stride, padding: pad, bias: false, ..Default::default() };
+    let bn_cfg = nn::BatchNormConfig { eps: 0.001, ..Default::default() };
     nn::seq_t()
         .add(nn::conv2d(&p / "conv", c_in, c_out, ksize, conv2d_cfg))
         .add(nn::batch_norm2d(&p / "bn", c_out, bn_cfg))
@@ -25,15 +17,8 @@ fn conv_bn(p: nn::Path, c_in: i64, c_out: i64, ksize: i64, pad: i64, stride: i64
 }
 
 fn conv_bn2(p: nn::Path, c_in: i64, c_out: i64, ksize: [i64; 2], pad: [i64; 2]) -> impl ModuleT {
-    let conv2d_cfg = nn::ConvConfigND::<[i64; 2]> {
-        padding: pad,
-        bias: false,
-        ..Default::default()
-    };
-    let bn_cfg = nn::BatchNormConfig {
-        eps: 0.001,
-        ..Default::default()
-    };
+    let conv2d_cfg = nn::ConvConfigND::<[i64; 2]> { padding: pad, bias: false, ..Default::default() };
+    let bn_cfg = nn::BatchNormConfig { eps: 0.001, ..Default::default() };
     nn::seq_t()
         .add(nn::conv(&p / "conv", c_in, c_out, ksize, conv2d_cfg))
         .add(nn::batch_norm2d(&p / "bn", c_out, bn_cfg))
@@ -56,9 +41,7 @@ fn inception_a(p: nn::Path, c_in: i64, c_pool: i64) -> impl ModuleT {
         let b1 = xs.apply_t(&b1, tr);
         let b2 = xs.apply_t(&b2_1, tr).apply_t(&b2_2, tr);
         let b3 = xs.apply_t(&b3_1, tr).apply_t(&b3_2, tr).apply_t(&b3_3, tr);
-        let bpool = xs
-            .avg_pool2d([3, 3], [1, 1], [1, 1], false, true, 9)
-            .apply_t(&bpool, tr);
+        let bpool = xs.avg_pool2d([3, 3], [1, 1], [1, 1], false, true, 9).apply_t(&bpool, tr);
         Tensor::cat(&[b1, b2, b3, bpool], 1)
     })
 }
@@ -94,15 +77,8 @@ fn inception_c(p: nn::Path, c_in: i64, c7: i64) -> impl ModuleT {
     nn::func_t(move |xs, tr| {
         let b1 = xs.apply_t(&b1, tr);
         let b2 = xs.apply_t(&b2_1, tr).apply_t(&b2_2, tr).apply_t(&b2_3, tr);
-        let b3 = xs
-            .apply_t(&b3_1, tr)
-            .apply_t(&b3_2, tr)
-            .apply_t(&b3_3, tr)
-            .apply_t(&b3_4, tr)
-            .apply_t(&b3_5, tr);
-        let bpool = xs
-            .avg_pool2d([3, 3], [1, 1], [1, 1], false, true, 9)
-            .apply_t(&bpool, tr);
+        let b3 = xs.apply_t(&b3_1, tr).apply_t(&b3_2, tr).apply_t(&b3_3, tr).apply_t(&b3_4, tr).apply_t(&b3_5, tr);
+        let bpool = xs.avg_pool2d([3, 3], [1, 1], [1, 1], false, true, 9).apply_t(&bpool, tr);
         Tensor::cat(&[b1, b2, b3, bpool], 1)
     })
 }
@@ -118,11 +94,7 @@ fn inception_d(p: nn::Path, c_in: i64) -> impl ModuleT {
 
     nn::func_t(move |xs, tr| {
         let b1 = xs.apply_t(&b1_1, tr).apply_t(&b1_2, tr);
-        let b2 = xs
-            .apply_t(&b2_1, tr)
-            .apply_t(&b2_2, tr)
-            .apply_t(&b2_3, tr)
-            .apply_t(&b2_4, tr);
+        let b2 = xs.apply_t(&b2_1, tr).apply_t(&b2_2, tr).apply_t(&b2_3, tr).apply_t(&b2_4, tr);
         let bpool = max_pool2d(xs, 3, 2);
         Tensor::cat(&[b1, b2, bpool], 1)
     })
@@ -151,9 +123,7 @@ fn inception_e(p: nn::Path, c_in: i64) -> impl ModuleT {
         let b3 = xs.apply_t(&b3_1, tr).apply_t(&b3_2, tr);
         let b3 = Tensor::cat(&[b3.apply_t(&b3_3a, tr), b3.apply_t(&b3_3b, tr)], 1);
 
-        let bpool = xs
-            .avg_pool2d([3, 3], [1, 1], [1, 1], false, true, 9)
-            .apply_t(&bpool, tr);
+        let bpool = xs.avg_pool2d([3, 3], [1, 1], [1, 1], false, true, 9).apply_t(&bpool, tr);
 
         Tensor::cat(&[b1, b2, b3, bpool], 1)
     })
@@ -202,27 +172,16 @@ pub fn v3(p: &nn::Path, nclasses: i64) -> InceptionV3 {
         .add(inception_d(p / "Mixed_7a", 768))
         .add(inception_e(p / "Mixed_7b", 1280))
         .add(inception_e(p / "Mixed_7c", 2048))
-        .add_fn_t(|xs, train| {
-            xs.adaptive_avg_pool2d([1, 1])
-                .dropout(0.5, train)
-                .flat_view()
-        })
+        .add_fn_t(|xs, train| xs.adaptive_avg_pool2d([1, 1]).dropout(0.5, train).flat_view())
         .add(nn::linear(p / "fc", 2048, nclasses, Default::default()));
     let aux = Box::new(aux_head(p / "AuxLogits", 768, nclasses));
-    InceptionV3 {
-        to_mixed_6e,
-        head,
-        aux,
-    }
+    InceptionV3 { to_mixed_6e, head, aux }
 }
 
 impl Network for InceptionV3 {
     fn forward(&self, xs: &Tensor, train: bool) -> Outputs {
         let mid = xs.apply_t(&self.to_mixed_6e, train);
         let aux = train.then(|| self.aux.forward_t(&mid, train));
-        Outputs {
-            logits: mid.apply_t(&self.head, train),
-            aux,
-        }
+        Outputs { logits: mid.apply_t(&self.head, train), aux }
     }
 }

@@ -24,10 +24,7 @@ struct Plain<M>(M);
 
 impl<M: ModuleT> Network for Plain<M> {
     fn forward(&self, xs: &Tensor, train: bool) -> Outputs {
-        Outputs {
-            logits: self.0.forward_t(xs, train),
-            aux: None,
-        }
+        Outputs { logits: self.0.forward_t(xs, train), aux: None }
     }
 }
 
@@ -159,10 +156,7 @@ pub fn all() -> &'static [ModelSpec] {
 pub fn find(name: &str) -> Result<&'static ModelSpec, UsageError> {
     MODELS.iter().find(|m| m.name == name).ok_or_else(|| {
         let known: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
-        UsageError::new(format!(
-            "unknown model '{name}'; known models: {}",
-            known.join(", ")
-        ))
+        UsageError::new(format!("unknown model '{name}'; known models: {}", known.join(", ")))
     })
 }
 
@@ -184,9 +178,5 @@ impl ModelSpec {
 /// Trainable parameters held by a variable store (buffers such as batch norm
 /// running statistics are not parameters).
 pub fn parameter_count(vs: &nn::VarStore) -> i64 {
-    vs.trainable_variables()
-        .iter()
-        .map(Tensor::numel)
-        .map(|n| n as i64)
-        .sum()
+    vs.trainable_variables().iter().map(Tensor::numel).map(|n| n as i64).sum()
 }

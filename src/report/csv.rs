@@ -10,10 +10,7 @@ use crate::units::format_input;
 /// Version of the plan.csv columns; bump it when they change.
 pub const PLAN_SCHEMA_VERSION: u32 = 1;
 
-fn to_csv<T: Serialize>(
-    rows: impl IntoIterator<Item = T>,
-    header_if_empty: &[&str],
-) -> anyhow::Result<Vec<u8>> {
+fn to_csv<T: Serialize>(rows: impl IntoIterator<Item = T>, header_if_empty: &[&str]) -> anyhow::Result<Vec<u8>> {
     let mut w = ::csv::Writer::from_writer(Vec::new());
     let mut any = false;
     for row in rows {
@@ -31,13 +28,7 @@ fn header_of<T: Serialize + Default>() -> Vec<String> {
     let mut w = ::csv::Writer::from_writer(Vec::new());
     let _ = w.serialize(T::default());
     let bytes = w.into_inner().unwrap_or_default();
-    String::from_utf8_lossy(&bytes)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split(',')
-        .map(str::to_string)
-        .collect()
+    String::from_utf8_lossy(&bytes).lines().next().unwrap_or("").split(',').map(str::to_string).collect()
 }
 
 pub fn steps_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {

@@ -6,8 +6,7 @@ use super::Report;
 use crate::units::{format_input, human_bytes};
 
 fn opt_bytes(v: Option<u64>) -> String {
-    v.map(|b| human_bytes(b as f64))
-        .unwrap_or_else(|| "-".into())
+    v.map(|b| human_bytes(b as f64)).unwrap_or_else(|| "-".into())
 }
 
 fn new_table(header: Vec<&str>) -> Table {
@@ -45,25 +44,12 @@ pub fn summary(report: &Report) -> String {
     header.extend(["step (s)", "samples/s"]);
     let mut trials = new_table(header);
     for t in &report.trials {
-        let mut row = vec![
-            t.batch.to_string(),
-            t.outcome.to_string(),
-            opt_bytes(t.peak_allocated_bytes()),
-        ];
+        let mut row = vec![t.batch.to_string(), t.outcome.to_string(), opt_bytes(t.peak_allocated_bytes())];
         if cuda {
-            row.extend([
-                opt_bytes(t.peak_reserved_bytes()),
-                opt_bytes(t.nvml_used_bytes()),
-            ]);
+            row.extend([opt_bytes(t.peak_reserved_bytes()), opt_bytes(t.nvml_used_bytes())]);
         }
-        row.push(
-            t.mean_step_seconds()
-                .map_or("-".into(), |s| format!("{s:.3}")),
-        );
-        row.push(
-            t.samples_per_second()
-                .map_or("-".into(), |s| format!("{s:.1}")),
-        );
+        row.push(t.mean_step_seconds().map_or("-".into(), |s| format!("{s:.3}")));
+        row.push(t.samples_per_second().map_or("-".into(), |s| format!("{s:.1}")));
         trials.add_row(row);
     }
     right_align(&mut trials, 2);
@@ -76,28 +62,12 @@ pub fn summary(report: &Report) -> String {
     let mut rec = new_table(vec!["", "value", "from"]);
     let basis = a.fit_basis.name().replace('_', " ");
     if let Some(f) = a.fit {
-        rec.add_row(vec![
-            "fixed".into(),
-            human_bytes(f.fixed_bytes),
-            format!("fit of {basis}"),
-        ]);
-        rec.add_row(vec![
-            "per sample".into(),
-            human_bytes(f.per_sample_bytes),
-            format!("fit of {basis}"),
-        ]);
-        rec.add_row(vec![
-            "r²".into(),
-            format!("{:.6}", f.r2),
-            format!("{} largest batches", f.points),
-        ]);
+        rec.add_row(vec!["fixed".into(), human_bytes(f.fixed_bytes), format!("fit of {basis}")]);
+        rec.add_row(vec!["per sample".into(), human_bytes(f.per_sample_bytes), format!("fit of {basis}")]);
+        rec.add_row(vec!["r²".into(), format!("{:.6}", f.r2), format!("{} largest batches", f.points)]);
     }
     let b = &a.budget;
-    rec.add_row(vec![
-        "capacity".into(),
-        human_bytes(b.capacity_bytes as f64),
-        a.capacity_source.clone(),
-    ]);
+    rec.add_row(vec!["capacity".into(), human_bytes(b.capacity_bytes as f64), a.capacity_source.clone()]);
     rec.add_row(vec![
         "budget".into(),
         human_bytes(b.budget_bytes as f64),
@@ -109,26 +79,20 @@ pub fn summary(report: &Report) -> String {
     ]);
     let how = if a.max_batch == 0 {
         "nothing fits".to_string()
+    } else if a.capped {
+        format!(
+            "verified by {} ({} trials); capped by --max-batch, the limit lies beyond",
+            a.strategy,
+            report.trials.len()
+        )
     } else if a.exact {
-        format!(
-            "verified by {} ({} trials): fits, and the next batch does not",
-            a.strategy,
-            report.trials.len()
-        )
+        format!("verified by {} ({} trials): fits, and the next batch does not", a.strategy, report.trials.len())
     } else {
-        format!(
-            "verified by {} ({} trials); not proven exact",
-            a.strategy,
-            report.trials.len()
-        )
+        format!("verified by {} ({} trials); not proven exact", a.strategy, report.trials.len())
     };
     rec.add_row(vec!["max batch".into(), a.max_batch.to_string(), how]);
     if let Some(p) = a.predicted_max_batch {
-        rec.add_row(vec![
-            "predicted max".into(),
-            p.to_string(),
-            "fit, within the budget (not run)".to_string(),
-        ]);
+        rec.add_row(vec!["predicted max".into(), p.to_string(), "fit, within the budget (not run)".to_string()]);
     }
     rec.add_row(vec![
         "recommended batch".into(),
@@ -140,11 +104,7 @@ pub fn summary(report: &Report) -> String {
         },
     ]);
     if let (Some(h), Some(p)) = (a.headroom_bytes, a.recommended_peak_bytes) {
-        let pct = if b.capacity_bytes > 0 {
-            h / b.capacity_bytes as f64 * 100.0
-        } else {
-            0.0
-        };
+        let pct = if b.capacity_bytes > 0 { h / b.capacity_bytes as f64 * 100.0 } else { 0.0 };
         rec.add_row(vec![
             "headroom".into(),
             format!("{} ({pct:.1}%)", human_bytes(h)),

@@ -33,12 +33,7 @@ impl FitGuided {
         if let Some(why) = &self.fallback {
             notes.insert(0, format!("fell back to a safe bracketed search (bisection when interpolation stalls, doubling before the first failure): {why}"));
         }
-        Step::Finish(SearchResult {
-            max_batch,
-            exact,
-            fell_back: self.fallback.is_some(),
-            notes,
-        })
+        Step::Finish(SearchResult { max_batch, exact, capped: false, fell_back: self.fallback.is_some(), notes })
     }
 
     /// Checks the last guided probe against what the fit predicted for it.
@@ -69,18 +64,12 @@ impl FitGuided {
 }
 
 fn readings(probes: &[Probe]) -> Vec<(u64, u64)> {
-    probes
-        .iter()
-        .filter_map(|p| p.observation.peak_bytes().map(|r| (p.batch, r)))
-        .collect()
+    probes.iter().filter_map(|p| p.observation.peak_bytes().map(|r| (p.batch, r))).collect()
 }
 
 impl Strategy for FitGuided {
     fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step {
-        if let Some(p) = probes
-            .iter()
-            .find(|p| matches!(p.observation, Observation::Failed { .. }))
-        {
+        if let Some(p) = probes.iter().find(|p| matches!(p.observation, Observation::Failed { .. })) {
             let (lo, _) = bracket(probes);
             let msg = match &p.observation {
                 Observation::Failed { message } => message.clone(),
@@ -89,10 +78,7 @@ impl Strategy for FitGuided {
             return self.finish(
                 lo.unwrap_or(0),
                 false,
-                vec![format!(
-                    "the trial at batch {} failed ({msg}); the search stopped",
-                    p.batch
-                )],
+                vec![format!("the trial at batch {} failed ({msg}); the search stopped", p.batch)],
             );
         }
         let (lo, hi) = bracket(probes);
@@ -102,23 +88,18 @@ impl Strategy for FitGuided {
         }
         if let Some(l) = lo {
             if l >= cap {
-                return self.finish(
-                    cap,
-                    true,
-                    vec![format!(
-                        "batch {cap} (--max-batch) fits: the limit lies at or beyond it"
-                    )],
-                );
+                let note = format!("batch {cap} (--max-batch) fits: the limit lies at or beyond it");
+                return match self.finish(cap, false, vec![note]) {
+                    Step::Finish(result) => Step::Finish(SearchResult { capped: true, ..result }),
+                    other => other,
+                };
             }
             if let Some(h) = hi {
                 if h - l - 1 <= limits.tolerance {
                     let notes = if h == l + 1 {
                         vec![]
                     } else {
-                        vec![format!(
-                            "within --tolerance: the max lies in {l}..{}",
-                            h - 1
-                        )]
+                        vec![format!("within --tolerance: the max lies in {l}..{}", h - 1)]
                     };
                     return self.finish(l, h == l + 1, notes);
                 }
@@ -142,9 +123,7 @@ impl Strategy for FitGuided {
                 self.fallback = Some(format!("no exact answer after {MAX_GUIDED} guided probes"));
             }
         }
-        let fit = LinearFit::robust(&readings(probes))
-            .ok()
-            .filter(|f| f.per_sample_bytes > 0.0);
+        let fit = LinearFit::robust(&readings(probes)).ok().filter(|f| f.per_sample_bytes > 0.0);
         if self.fallback.is_none() {
             if let Some(f) = fit.filter(|f| f.r2 < MIN_R2) {
                 self.fallback = Some(format!("the memory line fits poorly (r² = {:.4})", f.r2));
@@ -154,11 +133,7 @@ impl Strategy for FitGuided {
         let predicted_max = fit.and_then(|f| f.max_batch_within(budget));
         // How far (in batches) the line missed the last probe: aim that much
         // past the boundary it draws, so a slightly low line does not crawl.
-        let missed_by = match (
-            fit,
-            self.last_prediction,
-            probes.last().and_then(|p| p.observation.peak_bytes()),
-        ) {
+        let missed_by = match (fit, self.last_prediction, probes.last().and_then(|p| p.observation.peak_bytes())) {
             (Some(f), Some((_, predicted)), Some(r)) => {
                 ((predicted - r as f64).abs() / f.per_sample_bytes).floor() as u64
             }

@@ -22,8 +22,8 @@ impl Strategy for ListedBatches {
                 Step::Finish(SearchResult {
                     max_batch: max,
                     exact: hi == Some(max + 1),
-                    fell_back: false,
                     notes,
+                    ..SearchResult::default()
                 })
             }
         }

@@ -51,7 +51,9 @@ pub struct SearchResult {
     /// The probes prove it: `max_batch` fits and `max_batch + 1` does not
     /// (or `max_batch` is the `--max-batch` cap).
     pub exact: bool,
-    /// The fit-guided search fell back to bisection.
+    /// The search stopped at `--max-batch`, which fits: the real max is at or beyond it.
+    pub capped: bool,
+    /// The fit-guided search fell back to a safe search.
     pub fell_back: bool,
     pub notes: Vec<String>,
 }
@@ -145,22 +147,9 @@ pub fn drive(
         match strategy.next(&probes, limits) {
             Step::Finish(result) => return (probes, result),
             Step::Run(_) if probes.len() >= max_trials => {
-                let best = probes
-                    .iter()
-                    .filter(|p| p.observation.fits())
-                    .map(|p| p.batch)
-                    .max()
-                    .unwrap_or(0);
+                let best = probes.iter().filter(|p| p.observation.fits()).map(|p| p.batch).max().unwrap_or(0);
                 let note = format!("stopped after {max_trials} trials without converging");
-                return (
-                    probes,
-                    SearchResult {
-                        max_batch: best,
-                        exact: false,
-                        fell_back: false,
-                        notes: vec![note],
-                    },
-                );
+                return (probes, SearchResult { max_batch: best, notes: vec![note], ..SearchResult::default() });
             }
             Step::Run(batch) => {
                 let observation = probe(batch);
@@ -173,16 +162,8 @@ pub fn drive(
 /// The bracket the probes establish, assuming memory grows with the batch:
 /// the largest batch that fits below every failure, and the smallest failure.
 pub fn bracket(probes: &[Probe]) -> (Option<u64>, Option<u64>) {
-    let hi = probes
-        .iter()
-        .filter(|p| matches!(p.observation, Observation::TooBig { .. }))
-        .map(|p| p.batch)
-        .min();
-    let lo = probes
-        .iter()
-        .filter(|p| p.observation.fits() && hi.is_none_or(|h| p.batch < h))
-        .map(|p| p.batch)
-        .max();
+    let hi = probes.iter().filter(|p| matches!(p.observation, Observation::TooBig { .. })).map(|p| p.batch).min();
+    let lo = probes.iter().filter(|p| p.observation.fits() && hi.is_none_or(|h| p.batch < h)).map(|p| p.batch).max();
     (lo, hi)
 }
 

@@ -18,10 +18,12 @@ const LIGHTNING_MAX_TRIALS: usize = 25;
 const ACCELERATE_START: u64 = 128;
 
 fn finish(max_batch: u64) -> Step {
-    Step::Finish(SearchResult {
-        max_batch,
-        ..SearchResult::default()
-    })
+    Step::Finish(SearchResult { max_batch, ..SearchResult::default() })
+}
+
+/// Finishing at the cap says so, as the fit-guided search does.
+fn finish_at(max_batch: u64, cap: u64) -> Step {
+    Step::Finish(SearchResult { max_batch, capped: max_batch >= cap, ..SearchResult::default() })
 }
 
 fn failed(p: &Probe) -> bool {
@@ -45,7 +47,7 @@ impl Strategy for LightningPower {
             return finish((last.batch / 2).max(1));
         }
         if probes.len() >= LIGHTNING_MAX_TRIALS || last.batch >= cap {
-            return finish(last.batch);
+            return finish_at(last.batch, cap);
         }
         Step::Run((last.batch * 2).min(cap))
     }
@@ -86,7 +88,7 @@ impl Strategy for LightningBinsearch {
             }
             self.low = size;
             match self.high {
-                Some(high) if high - self.low <= 1 => return finish(size),
+                Some(high) if high - self.low <= 1 => return finish_at(size, cap),
                 Some(high) => (high + self.low) / 2,
                 None => size * 2,
             }
@@ -109,7 +111,7 @@ impl Strategy for Accelerate {
             return Step::Run(ACCELERATE_START.min(limits.max_batch));
         };
         match last.observation {
-            Observation::Fits { .. } => finish(last.batch),
+            Observation::Fits { .. } => finish_at(last.batch, limits.max_batch),
             Observation::Failed { .. } => finish(0),
             Observation::TooBig { .. } => {
                 let next = (last.batch as f64 * 0.9) as u64;

@@ -14,26 +14,12 @@ pub enum Curve {
     /// The line split over `tensors` activation tensors of geometrically
     /// decreasing size, each reserved as the CUDA caching allocator does
     /// (see [`cuda_reserved`]).
-    Rounded {
-        fixed: u64,
-        per_sample: u64,
-        tensors: u64,
-    },
+    Rounded { fixed: u64, per_sample: u64, tensors: u64 },
     /// The line plus `bytes` of workspace from batch `at` on.
-    Jump {
-        fixed: u64,
-        per_sample: u64,
-        at: u64,
-        bytes: u64,
-    },
+    Jump { fixed: u64, per_sample: u64, at: u64, bytes: u64 },
     /// The line plus deterministic noise of up to `fraction` of a sample,
     /// different at every batch.
-    Noisy {
-        fixed: u64,
-        per_sample: u64,
-        fraction: f64,
-        seed: u64,
-    },
+    Noisy { fixed: u64, per_sample: u64, fraction: f64, seed: u64 },
 }
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -73,32 +59,15 @@ impl Curve {
         match *self {
             Curve::Linear { fixed, per_sample } => fixed + per_sample * batch,
             // Activations of decreasing size, as through a network's layers.
-            Curve::Rounded {
-                fixed,
-                per_sample,
-                tensors,
-            } => {
+            Curve::Rounded { fixed, per_sample, tensors } => {
                 let weights: Vec<f64> = (0..tensors).map(|i| 0.93f64.powi(i as i32)).collect();
                 let total: f64 = weights.iter().sum();
-                fixed
-                    + cuda_reserved(
-                        weights
-                            .iter()
-                            .map(|w| (w / total * (per_sample * batch) as f64) as u64),
-                    )
+                fixed + cuda_reserved(weights.iter().map(|w| (w / total * (per_sample * batch) as f64) as u64))
             }
-            Curve::Jump {
-                fixed,
-                per_sample,
-                at,
-                bytes,
-            } => fixed + per_sample * batch + if batch >= at { bytes } else { 0 },
-            Curve::Noisy {
-                fixed,
-                per_sample,
-                fraction,
-                seed,
-            } => {
+            Curve::Jump { fixed, per_sample, at, bytes } => {
+                fixed + per_sample * batch + if batch >= at { bytes } else { 0 }
+            }
+            Curve::Noisy { fixed, per_sample, fraction, seed } => {
                 let noise = unit_noise(seed, batch) * fraction * per_sample as f64;
                 (fixed as f64 + (per_sample * batch) as f64 + noise) as u64
             }
@@ -118,10 +87,7 @@ impl SyntheticCase {
     /// The largest batch such that it and every smaller batch fit, found by
     /// scanning every batch (independent of every strategy).
     pub fn true_max(&self) -> u64 {
-        (1..)
-            .take_while(|&b| self.curve.peak(b) <= self.budget_bytes)
-            .last()
-            .unwrap_or(0)
+        (1..).take_while(|&b| self.curve.peak(b) <= self.budget_bytes).last().unwrap_or(0)
     }
 
     /// What a probe at `batch` shows.
@@ -130,9 +96,7 @@ impl SyntheticCase {
         if peak <= self.budget_bytes {
             Observation::Fits { peak_bytes: peak }
         } else {
-            Observation::TooBig {
-                peak_bytes: Some(peak),
-            }
+            Observation::TooBig { peak_bytes: Some(peak) }
         }
     }
 }
@@ -153,41 +117,24 @@ pub fn suite() -> Vec<SyntheticCase> {
         let (fixed, per) = line_for(max, per_sample, budget);
         cases.push(SyntheticCase {
             name: format!("linear-{max}"),
-            curve: Curve::Linear {
-                fixed,
-                per_sample: per,
-            },
+            curve: Curve::Linear { fixed, per_sample: per },
             budget_bytes: budget,
         });
         cases.push(SyntheticCase {
             name: format!("rounded-{max}"),
-            curve: Curve::Rounded {
-                fixed,
-                per_sample: per,
-                tensors: 60,
-            },
+            curve: Curve::Rounded { fixed, per_sample: per, tensors: 60 },
             budget_bytes: budget,
         });
         // A 256 MiB workspace appearing a few batches below the line's max.
         let at = max - (max / 20).max(1);
         cases.push(SyntheticCase {
             name: format!("jump-{max}"),
-            curve: Curve::Jump {
-                fixed,
-                per_sample: per,
-                at,
-                bytes: 256 * MIB,
-            },
+            curve: Curve::Jump { fixed, per_sample: per, at, bytes: 256 * MIB },
             budget_bytes: budget,
         });
         cases.push(SyntheticCase {
             name: format!("noisy-{max}"),
-            curve: Curve::Noisy {
-                fixed,
-                per_sample: per,
-                fraction: 0.4,
-                seed: max,
-            },
+            curve: Curve::Noisy { fixed, per_sample: per, fraction: 0.4, seed: max },
             budget_bytes: budget,
         });
     }
@@ -212,11 +159,7 @@ mod tests {
         // for its own), but never back under the budget past the true max.
         for case in suite() {
             let max = case.true_max();
-            assert!(
-                (max + 1..=2 * max + 2).all(|b| !case.observe(b).fits()),
-                "{}",
-                case.name
-            );
+            assert!((max + 1..=2 * max + 2).all(|b| !case.observe(b).fits()), "{}", case.name);
         }
     }
 

@@ -13,20 +13,13 @@ fn limits(case: &SyntheticCase) -> SearchLimits {
     }
 }
 
-fn run(
-    kind: StrategyKind,
-    case: &SyntheticCase,
-    limits: SearchLimits,
-) -> (Vec<Probe>, SearchResult) {
+fn run(kind: StrategyKind, case: &SyntheticCase, limits: SearchLimits) -> (Vec<Probe>, SearchResult) {
     let mut strategy = build(kind);
     drive(strategy.as_mut(), &limits, 100, |b| case.observe(b))
 }
 
 fn linear(max: u64) -> SyntheticCase {
-    suite()
-        .into_iter()
-        .find(|c| c.name == format!("linear-{max}"))
-        .unwrap()
+    suite().into_iter().find(|c| c.name == format!("linear-{max}")).unwrap()
 }
 
 #[test]
@@ -34,21 +27,10 @@ fn vramprobe_finds_the_exact_max_of_every_synthetic_curve_within_seven_trials() 
     let mut trials = Vec::new();
     for case in suite() {
         let (probes, result) = run(StrategyKind::Vramprobe, &case, limits(&case));
-        assert_eq!(
-            result.max_batch,
-            case.true_max(),
-            "{}: {probes:?}",
-            case.name
-        );
+        assert_eq!(result.max_batch, case.true_max(), "{}: {probes:?}", case.name);
         assert!(result.exact, "{}", case.name);
         // The reported batch itself ran and fit.
-        assert!(
-            probes
-                .iter()
-                .any(|p| p.batch == result.max_batch && p.observation.fits()),
-            "{}",
-            case.name
-        );
+        assert!(probes.iter().any(|p| p.batch == result.max_batch && p.observation.fits()), "{}", case.name);
         assert!(
             probes.len() <= 7,
             "{}: {} trials: {:?}",
@@ -75,51 +57,23 @@ fn exact_lines_take_four_trials() {
 
 #[test]
 fn tolerance_stops_early_but_never_above_the_true_max() {
-    let case = suite()
-        .into_iter()
-        .find(|c| c.name == "rounded-1000")
-        .unwrap();
-    let (_, result) = run(
-        StrategyKind::Vramprobe,
-        &case,
-        SearchLimits {
-            tolerance: 50,
-            ..limits(&case)
-        },
-    );
+    let case = suite().into_iter().find(|c| c.name == "rounded-1000").unwrap();
+    let (_, result) = run(StrategyKind::Vramprobe, &case, SearchLimits { tolerance: 50, ..limits(&case) });
     let truth = case.true_max();
-    assert!(
-        result.max_batch <= truth && truth - result.max_batch <= 50,
-        "{} vs {truth}",
-        result.max_batch
-    );
+    assert!(result.max_batch <= truth && truth - result.max_batch <= 50, "{} vs {truth}", result.max_batch);
 }
 
 #[test]
 fn fitting_at_max_batch_stops_there() {
     let case = linear(1000);
-    let (probes, result) = run(
-        StrategyKind::Vramprobe,
-        &case,
-        SearchLimits {
-            max_batch: 64,
-            ..limits(&case)
-        },
-    );
+    let (probes, result) = run(StrategyKind::Vramprobe, &case, SearchLimits { max_batch: 64, ..limits(&case) });
     assert_eq!(result.max_batch, 64);
-    assert!(result.exact && result.notes[0].contains("--max-batch"));
+    assert!(result.capped && !result.exact && result.notes[0].contains("--max-batch"));
     assert!(probes.iter().all(|p| p.batch <= 64));
     for kind in StrategyKind::ALL {
-        let (probes, result) = run(
-            kind,
-            &case,
-            SearchLimits {
-                max_batch: 64,
-                ..limits(&case)
-            },
-        );
+        let (probes, result) = run(kind, &case, SearchLimits { max_batch: 64, ..limits(&case) });
         assert!(probes.iter().all(|p| p.batch <= 64), "{kind}");
-        assert_eq!(result.max_batch, 64, "{kind}");
+        assert_eq!((result.max_batch, result.capped), (64, true), "{kind}");
     }
 }
 
@@ -127,30 +81,18 @@ fn fitting_at_max_batch_stops_there() {
 fn oom_at_batch_one_means_nothing_fits() {
     let case = SyntheticCase {
         name: "too-big".into(),
-        curve: Curve::Linear {
-            fixed: 30 << 30,
-            per_sample: MIB,
-        },
+        curve: Curve::Linear { fixed: 30 << 30, per_sample: MIB },
         budget_bytes: 20 << 30,
     };
     assert_eq!(case.true_max(), 0);
     let (probes, result) = run(StrategyKind::Vramprobe, &case, limits(&case));
     assert_eq!(result.max_batch, 0);
-    assert_eq!(
-        probes.iter().map(|p| p.batch).collect::<Vec<_>>(),
-        vec![2, 1]
-    );
+    assert_eq!(probes.iter().map(|p| p.batch).collect::<Vec<_>>(), vec![2, 1]);
     for kind in StrategyKind::ALL {
         let (_, result) = run(kind, &case, limits(&case));
         // Lightning reports 1 after an OOM at 2 without running it: faithful, and wrong.
-        let expected = if matches!(
-            kind,
-            StrategyKind::LightningPower | StrategyKind::LightningBinsearch
-        ) {
-            1
-        } else {
-            0
-        };
+        let expected =
+            if matches!(kind, StrategyKind::LightningPower | StrategyKind::LightningBinsearch) { 1 } else { 0 };
         assert_eq!(result.max_batch, expected, "{kind}");
     }
 }
@@ -163,12 +105,7 @@ fn a_jump_just_below_the_predicted_max_is_found_exactly() {
     let fixed = budget - per * 500 - per / 2;
     let case = SyntheticCase {
         name: "jump".into(),
-        curve: Curve::Jump {
-            fixed,
-            per_sample: per,
-            at: 490,
-            bytes: 3 << 30,
-        },
+        curve: Curve::Jump { fixed, per_sample: per, at: 490, bytes: 3 << 30 },
         budget_bytes: budget,
     };
     assert_eq!(case.true_max(), 489);
@@ -176,11 +113,7 @@ fn a_jump_just_below_the_predicted_max_is_found_exactly() {
     assert_eq!(result.max_batch, 489, "{probes:?}");
     assert!(result.exact);
     // 3 GiB is more than the margin: the search says it stopped trusting the line.
-    assert!(
-        result.fell_back && result.notes[0].starts_with("fell back to a safe"),
-        "{:?}",
-        result.notes
-    );
+    assert!(result.fell_back && result.notes[0].starts_with("fell back to a safe"), "{:?}", result.notes);
 }
 
 #[test]
@@ -188,9 +121,7 @@ fn a_single_noisy_probe_does_not_mislead_the_answer() {
     let case = linear(300);
     // The probe at batch 8 reads 2 GiB high (another process, a stray cache).
     let noisy = |b: u64| match case.observe(b) {
-        Observation::Fits { peak_bytes } if b == 8 => Observation::Fits {
-            peak_bytes: peak_bytes + (2 << 30),
-        },
+        Observation::Fits { peak_bytes } if b == 8 => Observation::Fits { peak_bytes: peak_bytes + (2 << 30) },
         other => other,
     };
     let mut strategy = build(StrategyKind::Vramprobe);
@@ -205,9 +136,7 @@ fn a_failed_trial_stops_the_search_with_what_was_verified() {
     let case = linear(100);
     let broken = |b: u64| {
         if b > 16 {
-            Observation::Failed {
-                message: "CUDA error: illegal memory access".into(),
-            }
+            Observation::Failed { message: "CUDA error: illegal memory access".into() }
         } else {
             case.observe(b)
         }
@@ -221,37 +150,21 @@ fn a_failed_trial_stops_the_search_with_what_was_verified() {
 #[test]
 fn lightning_binsearch_matches_its_published_trial_counts() {
     // 13 trials to reach a true max of 100 from init 2 (design.md).
-    let (probes, result) = run(
-        StrategyKind::LightningBinsearch,
-        &linear(100),
-        limits(&linear(100)),
-    );
+    let (probes, result) = run(StrategyKind::LightningBinsearch, &linear(100), limits(&linear(100)));
     assert_eq!(result.max_batch, 100);
     assert_eq!(
         probes.iter().map(|p| p.batch).collect::<Vec<_>>(),
         vec![2, 4, 8, 16, 32, 64, 128, 96, 112, 104, 100, 102, 101]
     );
     for (max, trials) in [(300, 17), (1000, 19)] {
-        let (probes, result) = run(
-            StrategyKind::LightningBinsearch,
-            &linear(max),
-            limits(&linear(max)),
-        );
-        assert_eq!(
-            (result.max_batch, probes.len()),
-            (max, trials),
-            "true max {max}"
-        );
+        let (probes, result) = run(StrategyKind::LightningBinsearch, &linear(max), limits(&linear(max)));
+        assert_eq!((result.max_batch, probes.len()), (max, trials), "true max {max}");
     }
 }
 
 #[test]
 fn lightning_power_returns_the_last_power_of_two() {
-    let (probes, result) = run(
-        StrategyKind::LightningPower,
-        &linear(100),
-        limits(&linear(100)),
-    );
+    let (probes, result) = run(StrategyKind::LightningPower, &linear(100), limits(&linear(100)));
     assert_eq!(result.max_batch, 64);
     assert_eq!(probes.len(), 7);
 }
@@ -264,11 +177,7 @@ fn accelerate_shrinks_by_a_tenth_and_never_grows() {
         vec![128, 115, 103, 92, 82, 73, 65, 58, 52, 46, 41, 36]
     );
     assert_eq!(result.max_batch, 36);
-    let (probes, result) = run(
-        StrategyKind::Accelerate,
-        &linear(1000),
-        limits(&linear(1000)),
-    );
+    let (probes, result) = run(StrategyKind::Accelerate, &linear(1000), limits(&linear(1000)));
     assert_eq!((probes.len(), result.max_batch), (1, 128));
 }
 
@@ -283,10 +192,7 @@ fn print_suite() {
             case.true_max(),
             result.max_batch,
             result.fell_back,
-            probes
-                .iter()
-                .map(|p| (p.batch, p.observation.fits()))
-                .collect::<Vec<_>>()
+            probes.iter().map(|p| (p.batch, p.observation.fits())).collect::<Vec<_>>()
         );
     }
 }

@@ -17,8 +17,7 @@ use crate::output::write_atomic;
 use crate::record::{Outcome, StepRecord};
 use crate::report::{self, Report, REPORT_SCHEMA_VERSION};
 use crate::search::{
-    self, list::ListedBatches, Observation, Probe, SearchLimits, SearchResult, Step, Strategy,
-    StrategyKind,
+    self, list::ListedBatches, Observation, Probe, SearchLimits, SearchResult, Step, Strategy, StrategyKind,
 };
 use crate::trial::TrialSpec;
 use crate::workload::WorkloadConfig;
@@ -98,21 +97,12 @@ pub trait Progress {
 }
 
 fn write_outputs(dir: &Path, report: &Report, with_plan: bool) -> Result<()> {
-    write_atomic(
-        &dir.join("steps.csv"),
-        &report::csv::steps_csv(&report.trials)?,
-    )?;
-    write_atomic(
-        &dir.join("sweep.csv"),
-        &report::csv::sweep_csv(&report.trials)?,
-    )?;
+    write_atomic(&dir.join("steps.csv"), &report::csv::steps_csv(&report.trials)?)?;
+    write_atomic(&dir.join("sweep.csv"), &report::csv::sweep_csv(&report.trials)?)?;
     if with_plan {
         write_atomic(&dir.join("plan.csv"), &report::csv::plan_csv(report)?)?;
     }
-    write_atomic(
-        &dir.join("report.json"),
-        &report::json::report_json(report)?,
-    )
+    write_atomic(&dir.join("report.json"), &report::json::report_json(report)?)
 }
 
 /// How a finished trial counts for the search.
@@ -124,11 +114,7 @@ pub fn observe(trial: &TrialResult, budget: &Budget, basis: FitBasis) -> Observa
         },
         Outcome::Oom => Observation::TooBig { peak_bytes: None },
         Outcome::Error | Outcome::Killed | Outcome::Timeout => Observation::Failed {
-            message: format!(
-                "{}: {}",
-                trial.outcome,
-                trial.message.as_deref().unwrap_or("no message")
-            ),
+            message: format!("{}: {}", trial.outcome, trial.message.as_deref().unwrap_or("no message")),
         },
     }
 }
@@ -144,16 +130,10 @@ impl Sweep<'_> {
     fn run_trial(&mut self, batch: u64) -> Result<&TrialResult> {
         let trial = self.report.trials.len() as u32 + 1;
         self.progress.trial_started(trial, batch);
-        let spec = TrialSpec {
-            workload: self.cfg.workload.clone(),
-            device: self.cfg.device,
-            batch,
-            steps: self.cfg.steps,
-        };
+        let spec =
+            TrialSpec { workload: self.cfg.workload.clone(), device: self.cfg.device, batch, steps: self.cfg.steps };
         let progress = &mut *self.progress;
-        let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| {
-            progress.step_done(s)
-        });
+        let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| progress.step_done(s));
         self.progress.trial_done(&result);
         if self.report.device_name.is_none() {
             self.report.device_name = result.device_name.clone();
@@ -168,9 +148,7 @@ impl Sweep<'_> {
 
     fn limits(&self) -> SearchLimits {
         let budget = self.budget.map_or(u64::MAX, |b| b.budget_bytes);
-        let margin = self
-            .budget
-            .map_or(0, |b| (b.capacity_bytes as f64 * b.margin_fraction) as u64);
+        let margin = self.budget.map_or(0, |b| (b.capacity_bytes as f64 * b.margin_fraction) as u64);
         SearchLimits {
             budget_bytes: budget,
             margin_bytes: margin,
@@ -183,10 +161,7 @@ impl Sweep<'_> {
         match &self.budget {
             Some(b) => observe(trial, b, FitBasis::for_device(self.cfg.device)),
             None => Observation::Failed {
-                message: trial
-                    .message
-                    .clone()
-                    .unwrap_or_else(|| "the device's memory is unknown".into()),
+                message: trial.message.clone().unwrap_or_else(|| "the device's memory is unknown".into()),
             },
         }
     }
@@ -200,19 +175,11 @@ impl Sweep<'_> {
                 Step::Run(_) if probes.len() >= MAX_TRIALS => {
                     let (lo, _) = search::bracket(&probes);
                     let notes = vec![format!("stopped after {MAX_TRIALS} trials")];
-                    return Ok(SearchResult {
-                        max_batch: lo.unwrap_or(0),
-                        exact: false,
-                        fell_back: false,
-                        notes,
-                    });
+                    return Ok(SearchResult { max_batch: lo.unwrap_or(0), notes, ..SearchResult::default() });
                 }
                 Step::Run(batch) => {
                     let trial = self.run_trial(batch)?.clone();
-                    probes.push(Probe {
-                        batch,
-                        observation: self.observation(&trial),
-                    });
+                    probes.push(Probe { batch, observation: self.observation(&trial) });
                 }
             }
         }
@@ -227,12 +194,7 @@ impl Sweep<'_> {
         let basis = FitBasis::for_device(self.cfg.device);
         loop {
             let rec = analysis::round_down(result.max_batch, self.cfg.multiple_of);
-            let ran = self
-                .report
-                .trials
-                .iter()
-                .find(|t| t.batch == rec)
-                .map(|t| observe(t, &budget, basis));
+            let ran = self.report.trials.iter().find(|t| t.batch == rec).map(|t| observe(t, &budget, basis));
             match ran {
                 _ if rec == 0 => return Ok(()),
                 Some(o) if o.fits() => return Ok(()),
@@ -244,9 +206,9 @@ impl Sweep<'_> {
                     }
                 }
             }
-            result.notes.push(format!(
-                "batch {rec} did not fit although a larger one did: memory is not monotonic here"
-            ));
+            result
+                .notes
+                .push(format!("batch {rec} did not fit although a larger one did: memory is not monotonic here"));
             result.max_batch = rec - 1;
             result.exact = false;
         }
@@ -274,12 +236,7 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
         notes: cfg.notes.clone(),
     };
     write_outputs(&cfg.out_dir, &report, false)?;
-    let mut sweep = Sweep {
-        cfg,
-        progress,
-        report,
-        budget: None,
-    };
+    let mut sweep = Sweep { cfg, progress, report, budget: None };
 
     let mut strategy: Box<dyn Strategy> = match &cfg.plan {
         Plan::Search(kind) => search::build(*kind),
@@ -290,31 +247,19 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
 
     let mut report = sweep.report;
     let budget = sweep.budget.unwrap_or_else(|| {
-        report.notes.push(
-            "no trial reported the device's memory: the budget is unknown (pass --capacity)".into(),
-        );
+        report.notes.push("no trial reported the device's memory: the budget is unknown (pass --capacity)".into());
         Budget::new(cfg.capacity.unwrap_or(0), cfg.margin_fraction, 0)
     });
     let input = AnalysisInput {
         device: cfg.device,
         budget,
-        capacity_source: if cfg.capacity.is_some() {
-            "--capacity"
-        } else {
-            "device"
-        }
-        .into(),
+        capacity_source: if cfg.capacity.is_some() { "--capacity" } else { "device" }.into(),
         strategy: cfg.strategy_name(),
         search: result,
         multiple_of: cfg.multiple_of,
     };
     let analysis = analysis::analyze(&report.trials, input);
-    report.status = if analysis.max_batch > 0 {
-        "complete"
-    } else {
-        "failed"
-    }
-    .into();
+    report.status = if analysis.max_batch > 0 { "complete" } else { "failed" }.into();
     report.analysis = Some(analysis);
     write_outputs(&cfg.out_dir, &report, true)?;
     Ok(report)

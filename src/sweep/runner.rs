@@ -38,10 +38,7 @@ impl TrialResult {
     }
 
     pub fn peak_reserved_bytes(&self) -> Option<u64> {
-        self.steps
-            .iter()
-            .filter_map(|s| s.peak_reserved_bytes)
-            .max()
+        self.steps.iter().filter_map(|s| s.peak_reserved_bytes).max()
     }
 
     pub fn nvml_used_bytes(&self) -> Option<u64> {
@@ -49,34 +46,21 @@ impl TrialResult {
     }
 
     pub fn host_peak_rss_bytes(&self) -> Option<u64> {
-        self.steps
-            .iter()
-            .filter_map(|s| s.host_peak_rss_bytes)
-            .max()
+        self.steps.iter().filter_map(|s| s.host_peak_rss_bytes).max()
     }
 
     pub fn non_pytorch_bytes(&self) -> Option<u64> {
-        self.steps
-            .iter()
-            .filter_map(StepRecord::non_pytorch_bytes)
-            .max()
+        self.steps.iter().filter_map(StepRecord::non_pytorch_bytes).max()
     }
 
     /// Mean step time, leaving out the first (warm-up) step when there are more.
     pub fn mean_step_seconds(&self) -> Option<f64> {
-        let steps = if self.steps.len() > 1 {
-            &self.steps[1..]
-        } else {
-            &self.steps[..]
-        };
-        (!steps.is_empty())
-            .then(|| steps.iter().map(|s| s.step_seconds).sum::<f64>() / steps.len() as f64)
+        let steps = if self.steps.len() > 1 { &self.steps[1..] } else { &self.steps[..] };
+        (!steps.is_empty()).then(|| steps.iter().map(|s| s.step_seconds).sum::<f64>() / steps.len() as f64)
     }
 
     pub fn samples_per_second(&self) -> Option<f64> {
-        self.mean_step_seconds()
-            .filter(|&s| s > 0.0)
-            .map(|s| self.batch as f64 / s)
+        self.mean_step_seconds().filter(|&s| s > 0.0).map(|s| self.batch as f64 / s)
     }
 }
 
@@ -160,10 +144,7 @@ pub fn run_trial(
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            result.message = Some(format!(
-                "could not start the trial process {}: {e}",
-                exe.display()
-            ));
+            result.message = Some(format!("could not start the trial process {}: {e}", exe.display()));
             return result;
         }
     };
@@ -195,13 +176,7 @@ pub fn run_trial(
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => match serde_json::from_str::<Message>(&line) {
-                Ok(Message::Start {
-                    parameters,
-                    parameter_bytes,
-                    baseline_bytes,
-                    device_name,
-                    device_total_bytes,
-                }) => {
+                Ok(Message::Start { parameters, parameter_bytes, baseline_bytes, device_name, device_total_bytes }) => {
                     result.parameters = Some(parameters);
                     result.parameter_bytes = Some(parameter_bytes);
                     result.baseline_bytes = Some(baseline_bytes);
@@ -213,11 +188,7 @@ pub fn run_trial(
                     on_step(&rec);
                     result.steps.push(*rec);
                 }
-                Ok(Message::End {
-                    outcome,
-                    message,
-                    failed_step,
-                }) => ended = Some((outcome, message, failed_step)),
+                Ok(Message::End { outcome, message, failed_step }) => ended = Some((outcome, message, failed_step)),
                 // Anything else on stdout (a library printing) is not ours.
                 Err(_) => {}
             },
@@ -236,10 +207,7 @@ pub fn run_trial(
     result.wall_seconds = started.elapsed().as_secs_f64();
 
     let stderr_tail = || {
-        let lines: Vec<&str> = stderr_text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .collect();
+        let lines: Vec<&str> = stderr_text.lines().filter(|l| !l.trim().is_empty()).collect();
         lines[lines.len().saturating_sub(3)..].join(" | ")
     };
     if timed_out {
@@ -257,28 +225,16 @@ pub fn run_trial(
             Ok(s) if s.signal().is_some() => {
                 let sig = s.signal().unwrap_or(0);
                 result.outcome = Outcome::Killed;
-                let hint = if sig == libc::SIGKILL {
-                    " (on the CPU, often the kernel's OOM killer)"
-                } else {
-                    ""
-                };
-                result.message = Some(format!(
-                    "the trial process was killed by {} ({sig}){hint}",
-                    signal_name(sig)
-                ));
+                let hint = if sig == libc::SIGKILL { " (on the CPU, often the kernel's OOM killer)" } else { "" };
+                result.message = Some(format!("the trial process was killed by {} ({sig}){hint}", signal_name(sig)));
             }
             Ok(s) => {
                 result.outcome = Outcome::Error;
                 let tail = stderr_tail();
                 result.message = Some(format!(
                     "the trial process exited with {} before reporting a result{}",
-                    s.code()
-                        .map_or_else(|| "no code".into(), |c| format!("code {c}")),
-                    if tail.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {tail}")
-                    }
+                    s.code().map_or_else(|| "no code".into(), |c| format!("code {c}")),
+                    if tail.is_empty() { String::new() } else { format!(": {tail}") }
                 ));
             }
             Err(e) => result.message = Some(format!("waiting for the trial process failed: {e}")),
