@@ -2,10 +2,15 @@
 // one source builds against any libtorch (CPU or CUDA build, 2.11 or 2.13).
 #include "vramprobe_shim.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/alignment.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/headeronly/version.h>
 
@@ -67,6 +72,55 @@ struct HostTracker final : public c10::MemoryReportingInfoBase {
 };
 
 thread_local bool t_tracking = false;
+
+// A CPU allocator with a hard limit. Blocks are simple (context pointer ==
+// data pointer, with a raw deleter) because oneDNN calls raw_allocate; the
+// block's size lives in a gAlignment-sized header in front of the data.
+std::atomic<int64_t> g_limit_used{0};
+int64_t g_limit_bytes = 0;
+const c10::Device kCpu(c10::DeviceType::CPU);
+
+void limited_delete(void *data) {
+  if (data == nullptr) return;
+  char *base = static_cast<char *>(data) - c10::gAlignment;
+  const auto n = static_cast<int64_t>(*reinterpret_cast<size_t *>(base));
+  const int64_t now = g_limit_used.fetch_sub(n) - n;
+  c10::reportMemoryUsageToProfiler(data, -n, static_cast<size_t>(now), 0, kCpu);
+  c10::free_cpu(base);
+}
+
+struct LimitedCpuAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    if (n == 0) return {nullptr, nullptr, &limited_delete, kCpu};
+    const auto bytes = static_cast<int64_t>(n);
+    const int64_t now = g_limit_used.fetch_add(bytes) + bytes;
+    if (now > g_limit_bytes) {
+      g_limit_used.fetch_sub(bytes);
+      c10::reportOutOfMemoryToProfiler(bytes, static_cast<size_t>(now - bytes), 0, kCpu);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory (vramprobe capacity limit): tried to allocate ", n,
+                       " bytes with ", now - bytes, " of ", g_limit_bytes, " bytes in use");
+    }
+    void *base = nullptr;
+    try {
+      base = c10::alloc_cpu(n + c10::gAlignment);
+    } catch (...) {
+      g_limit_used.fetch_sub(bytes);
+      throw;
+    }
+    *reinterpret_cast<size_t *>(base) = n;
+    void *data = static_cast<char *>(base) + c10::gAlignment;
+    c10::reportMemoryUsageToProfiler(data, bytes, static_cast<size_t>(now), 0, kCpu);
+    return {data, data, &limited_delete, kCpu};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &limited_delete; }
+
+  void copy_data(void *dest, const void *src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+LimitedCpuAllocator g_limited_allocator;
 
 }  // namespace
 
@@ -136,6 +190,43 @@ void vp_host_stats(vp_stat *out) {
 }
 
 void vp_host_reset_peak(void) { g_host_peak.store(g_host_current.load()); }
+
+int vp_cpu_limit_install(int64_t limit_bytes, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    TORCH_CHECK(limit_bytes > 0, "the CPU limit must be positive");
+    g_limit_bytes = limit_bytes;
+    c10::SetCPUAllocator(&g_limited_allocator, /*priority=*/100);
+  });
+}
+
+int64_t vp_cpu_limit_used(void) { return g_limit_used.load(); }
+
+int vp_tensor_add_(void *self, const void *other, double alpha, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    c10::NoGradGuard no_grad;
+    static_cast<at::Tensor *>(self)->add_(*static_cast<const at::Tensor *>(other), alpha);
+  });
+}
+
+int vp_tensor_addcmul_(void *self, const void *t1, const void *t2, double value, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    c10::NoGradGuard no_grad;
+    static_cast<at::Tensor *>(self)->addcmul_(*static_cast<const at::Tensor *>(t1), *static_cast<const at::Tensor *>(t2),
+                                              value);
+  });
+}
+
+int vp_tensor_addcdiv_(void *self, const void *t1, const void *t2, double value, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    c10::NoGradGuard no_grad;
+    static_cast<at::Tensor *>(self)->addcdiv_(*static_cast<const at::Tensor *>(t1), *static_cast<const at::Tensor *>(t2),
+                                              value);
+  });
+}
+
+int vp_tensor_clear_grad(void *self, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] { static_cast<at::Tensor *>(self)->mutable_grad().reset(); });
+}
 
 void vp_torch_version(int *major, int *minor, int *patch) {
   *major = TORCH_VERSION_MAJOR;

@@ -39,6 +39,22 @@ int vp_host_tracking_start(char *err, size_t err_len);
 void vp_host_stats(vp_stat *out);
 void vp_host_reset_peak(void);
 
+/* Makes `limit_bytes` a real limit for libtorch on the CPU: installs a CPU
+ * allocator that throws c10::OutOfMemoryError past it, so an OOM happens
+ * inside the op, as on a GPU. Allocations made before the call do not count. */
+int vp_cpu_limit_install(int64_t limit_bytes, char *err, size_t err_len);
+/* Bytes currently allocated through the limited allocator. */
+int64_t vp_cpu_limit_used(void);
+
+/* In-place tensor ops with the scalar factor PyTorch's optimizers use, which
+ * tch does not expose; `tensor` arguments are tch's `at::Tensor *`. They run
+ * without autograd recording, as an optimizer step does. */
+int vp_tensor_add_(void *self, const void *other, double alpha, char *err, size_t err_len);
+int vp_tensor_addcmul_(void *self, const void *t1, const void *t2, double value, char *err, size_t err_len);
+int vp_tensor_addcdiv_(void *self, const void *t1, const void *t2, double value, char *err, size_t err_len);
+/* Sets a tensor's gradient to None (PyTorch's zero_grad(set_to_none=True)). */
+int vp_tensor_clear_grad(void *self, char *err, size_t err_len);
+
 void vp_torch_version(int *major, int *minor, int *patch);
 
 #ifdef __cplusplus

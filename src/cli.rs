@@ -35,6 +35,16 @@ pub enum Command {
     /// List this machine's devices with total memory and versions.
     #[command(after_help = "Example:\n  vramprobe devices")]
     Devices(ListArgs),
+    /// Compare every search strategy on the same cases (real CPU measurements
+    /// and SYNTHETIC curves); run by ./scripts/bench-search.
+    #[command(hide = true)]
+    BenchSearch(BenchArgs),
+    /// Train with a plan's recommended batch: gradient accumulation to the target
+    /// effective batch, and OOM back-off that keeps the effective batch.
+    #[command(
+        after_help = "Examples:\n  vramprobe train --plan runs/X/plan.csv --target-batch 256 --steps 100 --log train.csv\n  vramprobe train --plan plan.csv --data cifar-10-batches-bin --epochs 2 --checkpoint run.ckpt\n  vramprobe train --plan plan.csv --resume run.ckpt --epochs 4 --checkpoint run.ckpt"
+    )]
+    Train(TrainArgs),
     /// Internal: one trial, run by `sweep` in a child process.
     #[command(hide = true)]
     Trial(TrialArgs),
@@ -77,7 +87,7 @@ pub struct SweepArgs {
     /// [default: 0, exact].
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64), allow_negative_numbers = true)]
     pub tolerance: u64,
-    /// Largest batch to run [default: none on CUDA; 64 on the CPU, where steps are slow].
+    /// Largest batch to run [default: none on CUDA or with --capacity; 64 on the CPU otherwise, where steps are slow].
     #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
     pub max_batch: Option<u64>,
     /// Training steps per trial: every batch reported as fitting ran this many
@@ -105,6 +115,77 @@ pub struct SweepArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct TrainArgs {
+    /// A plan.csv written by `vramprobe sweep`.
+    #[arg(long)]
+    pub plan: PathBuf,
+    /// Which plan row to train (1-based) [default: the only row].
+    #[arg(long, conflicts_with = "model", value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub row: Option<u64>,
+    /// Train the plan's row for this model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Samples per optimizer step, reached by gradient accumulation [default: the recommended batch].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
+    pub target_batch: Option<u64>,
+    /// Optimizer steps to run in total (a resumed run counts the steps already done).
+    #[arg(long, conflicts_with = "epochs", value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub steps: Option<u64>,
+    /// Epochs over the data [default: 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub epochs: Option<u64>,
+    /// A folder of CIFAR-10 binary files (data_batch_*.bin) [default: SYNTHETIC data].
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3, allow_hyphen_values = true, value_parser = parse_lr)]
+    pub lr: f64,
+    /// Write the training log (CSV) here.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Log loss, speed and memory every N optimizer steps.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub log_every: u64,
+    /// Save a checkpoint here: at the end, every --checkpoint-every steps, and before stopping on an error.
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    #[arg(long, requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub checkpoint_every: Option<u64>,
+    /// Continue from a checkpoint.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Device [default: the plan's].
+    #[arg(long, value_parser = parse_device)]
+    pub device: Option<DeviceRequest>,
+    /// On the CPU: a real memory limit inside libtorch (an OOM past it, as on a GPU).
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_bytes)]
+    pub capacity: Option<u64>,
+    /// After this many steps without an OOM, try doubling a backed-off micro-batch again.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub reprobe_after: Option<u64>,
+    /// Seed for the data order, dropout and SYNTHETIC data.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// No progress or event lines on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Where to write the per-(case, strategy) rows.
+    #[arg(long, default_value = "bench/search.csv")]
+    pub out: PathBuf,
+    /// Only the SYNTHETIC curves (seconds instead of minutes).
+    #[arg(long)]
+    pub synthetic_only: bool,
+    /// Reuse real measurements recorded by an earlier run (its
+    /// real-measurements.csv) instead of measuring them again.
+    #[arg(long, conflicts_with = "synthetic_only")]
+    pub reuse: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct ListArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -121,6 +202,9 @@ pub struct TrialArgs {
     pub batch: u64,
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
     pub steps: u32,
+    /// A real memory limit for libtorch on the CPU, in bytes.
+    #[arg(long, value_parser = parse_bytes)]
+    pub cpu_limit: Option<u64>,
     /// Stream one JSON record per line (the only output format).
     #[arg(long, required = true)]
     pub json: bool,

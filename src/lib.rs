@@ -4,19 +4,24 @@
 //! [`trial`] in a child process: [`model`] + [`workload`] measured through
 //! [`device`]) -> [`analysis`] ([`fit`]) -> [`report`] formatters -> [`output`].
 pub mod analysis;
+pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod data;
 pub mod device;
 pub mod environment;
 pub mod error;
 pub mod fit;
 pub mod model;
+pub mod optim;
 pub mod output;
+pub mod plan;
 pub mod record;
 pub mod report;
 pub mod search;
 pub mod shim;
 pub mod sweep;
+pub mod train;
 pub mod trial;
 pub mod units;
 pub mod workload;

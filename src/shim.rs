@@ -1,6 +1,8 @@
 //! Safe wrappers over the C++ shim in `csrc/`: the CUDA caching allocator's
 //! counters and exact host (CPU) allocation tracking, which tch does not expose.
-use std::ffi::{c_char, c_int, c_long, CStr};
+use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+
+use tch::Tensor;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,6 +33,26 @@ extern "C" {
     fn vp_host_tracking_start(err: *mut c_char, len: usize) -> c_int;
     fn vp_host_stats(out: *mut RawStat);
     fn vp_host_reset_peak();
+    fn vp_cpu_limit_install(limit_bytes: i64, err: *mut c_char, len: usize) -> c_int;
+    fn vp_cpu_limit_used() -> i64;
+    fn vp_tensor_add_(this: *mut c_void, other: *const c_void, alpha: f64, err: *mut c_char, len: usize) -> c_int;
+    fn vp_tensor_addcmul_(
+        this: *mut c_void,
+        t1: *const c_void,
+        t2: *const c_void,
+        value: f64,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    fn vp_tensor_addcdiv_(
+        this: *mut c_void,
+        t1: *const c_void,
+        t2: *const c_void,
+        value: f64,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    fn vp_tensor_clear_grad(this: *mut c_void, err: *mut c_char, len: usize) -> c_int;
     fn vp_torch_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int);
 }
 
@@ -139,6 +161,49 @@ pub fn host_stats() -> Counter {
 pub fn host_reset_peak() {
     // SAFETY: no arguments.
     unsafe { vp_host_reset_peak() }
+}
+
+/// Makes `limit_bytes` a real limit for libtorch's CPU allocations: past it
+/// an allocation fails inside the op with an out-of-memory error, as on a
+/// GPU. Call it before building the model; earlier allocations do not count.
+pub fn cpu_limit_install(limit_bytes: u64) -> Result<(), ShimError> {
+    let limit = i64::try_from(limit_bytes).map_err(|_| ShimError("the CPU limit is too large".into()))?;
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_cpu_limit_install(limit, e, n) })
+}
+
+/// Bytes currently allocated under the CPU limit.
+pub fn cpu_limit_used() -> u64 {
+    // SAFETY: no arguments.
+    unsafe { vp_cpu_limit_used() }.max(0) as u64
+}
+
+/// `this += alpha * other`, in place, without autograd.
+pub fn add_(this: &mut Tensor, other: &Tensor, alpha: f64) -> Result<(), ShimError> {
+    let (a, b) = (this.as_mut_ptr() as *mut c_void, other.as_ptr() as *const c_void);
+    // SAFETY: both pointers are live tch tensors (`at::Tensor *`) for the call.
+    call(|e, n| unsafe { vp_tensor_add_(a, b, alpha, e, n) })
+}
+
+/// `this += value * t1 * t2`, in place, without autograd.
+pub fn addcmul_(this: &mut Tensor, t1: &Tensor, t2: &Tensor, value: f64) -> Result<(), ShimError> {
+    let (a, b, c) = (this.as_mut_ptr() as *mut c_void, t1.as_ptr() as *const c_void, t2.as_ptr() as *const c_void);
+    // SAFETY: all pointers are live tch tensors (`at::Tensor *`) for the call.
+    call(|e, n| unsafe { vp_tensor_addcmul_(a, b, c, value, e, n) })
+}
+
+/// `this += value * t1 / t2`, in place, without autograd.
+pub fn addcdiv_(this: &mut Tensor, t1: &Tensor, t2: &Tensor, value: f64) -> Result<(), ShimError> {
+    let (a, b, c) = (this.as_mut_ptr() as *mut c_void, t1.as_ptr() as *const c_void, t2.as_ptr() as *const c_void);
+    // SAFETY: all pointers are live tch tensors (`at::Tensor *`) for the call.
+    call(|e, n| unsafe { vp_tensor_addcdiv_(a, b, c, value, e, n) })
+}
+
+/// Drops a tensor's gradient (PyTorch's `zero_grad(set_to_none=True)`).
+pub fn clear_grad(this: &mut Tensor) -> Result<(), ShimError> {
+    let a = this.as_mut_ptr() as *mut c_void;
+    // SAFETY: a live tch tensor (`at::Tensor *`) for the call.
+    call(|e, n| unsafe { vp_tensor_clear_grad(a, e, n) })
 }
 
 /// The libtorch version this binary was built against, as "2.13.0".

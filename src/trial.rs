@@ -21,6 +21,8 @@ pub struct TrialSpec {
     pub device: Device,
     pub batch: u64,
     pub steps: u32,
+    /// On the CPU: a real memory limit inside libtorch (`--capacity`).
+    pub cpu_limit: Option<u64>,
 }
 
 fn emit(out: &mut impl Write, msg: &Message) -> Result<()> {
@@ -43,6 +45,9 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     std::panic::set_hook(Box::new(|_| {}));
 
     let model_spec = model::find(&spec.workload.model)?;
+    if let (Some(limit), Device::Cpu) = (spec.cpu_limit, spec.device) {
+        crate::shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;
+    }
     let (probe, notes) = Probe::open(spec.device).context("starting memory tracking")?;
     for note in notes {
         eprintln!("note: {note}");

@@ -5,10 +5,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use tch::{nn, COptimizer, Kind, Reduction, Tensor};
+use tch::{nn, Kind, Reduction, Tensor};
 
 use crate::device::Device;
 use crate::model::{self, ModelSpec, Network};
+use crate::optim::Optimizer;
 
 /// The optimizers a sweep can train with, with PyTorch's default settings
 /// (SGD with momentum 0.9, the common training recipe).
@@ -26,14 +27,6 @@ impl OptimizerKind {
             OptimizerKind::Sgd => "sgd",
             OptimizerKind::Adam => "adam",
             OptimizerKind::Adamw => "adamw",
-        }
-    }
-
-    fn build(self, lr: f64) -> Result<COptimizer, tch::TchError> {
-        match self {
-            OptimizerKind::Sgd => COptimizer::sgd(lr, 0.9, 0.0, 0.0, false),
-            OptimizerKind::Adam => COptimizer::adam(lr, 0.9, 0.999, 0.0, 1e-8, false),
-            OptimizerKind::Adamw => COptimizer::adamw(lr, 0.9, 0.999, 0.01, 1e-8, false),
         }
     }
 }
@@ -124,13 +117,16 @@ impl PhaseTimes {
     }
 }
 
-/// A model, its variables and its optimizer on one device.
+/// A model, its variables and its optimizer on one device. The sweep and the
+/// trainer both train through it, so a batch means the same in both.
 pub struct Workload {
     config: WorkloadConfig,
     device: Device,
     vs: nn::VarStore,
     net: Box<dyn Network>,
-    optimizer: COptimizer,
+    optimizer: Optimizer,
+    /// Training mode (batch statistics, dropout); eval mode for checks and tests.
+    train: bool,
 }
 
 impl Workload {
@@ -138,11 +134,8 @@ impl Workload {
         guarded(Phase::Build, || {
             let vs = nn::VarStore::new(device.tch());
             let net = spec.build(&vs.root(), config.classes);
-            let mut optimizer = config.optimizer.build(config.lr)?;
-            for var in vs.trainable_variables() {
-                optimizer.add_parameters(&var, 0)?;
-            }
-            Ok(Workload { config, device, vs, net, optimizer })
+            let optimizer = Optimizer::new(config.optimizer, config.lr, &vs);
+            Ok(Workload { config, device, vs, net, optimizer, train: true })
         })
     }
 
@@ -154,6 +147,23 @@ impl Workload {
         self.vs.trainable_variables().iter().map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64).sum()
     }
 
+    /// Switches between training mode (the default) and eval mode.
+    pub fn set_train(&mut self, train: bool) {
+        self.train = train;
+    }
+
+    pub fn var_store(&self) -> &nn::VarStore {
+        &self.vs
+    }
+
+    pub fn optimizer(&self) -> &Optimizer {
+        &self.optimizer
+    }
+
+    pub fn optimizer_mut(&mut self) -> &mut Optimizer {
+        &mut self.optimizer
+    }
+
     fn sync(&self) -> Result<(), tch::TchError> {
         if let Device::Cuda(i) = self.device {
             crate::shim::cuda_synchronize(i).map_err(|e| tch::TchError::Torch(e.0))?;
@@ -161,27 +171,45 @@ impl Workload {
         Ok(())
     }
 
-    /// One full training step at `batch`. All of the step's tensors are
-    /// dropped before it returns, so what stays allocated is the model,
-    /// its gradients and the optimizer state.
-    pub fn step(&mut self, batch: u64) -> Result<PhaseTimes, StepError> {
-        let dev = self.device.tch();
-        let batch = batch as i64;
-        let mut shape = vec![batch];
+    /// Runs one sample through the network (no gradients), to tell early
+    /// whether the model can take the input shape at all.
+    pub fn check_input(&self) -> Result<(), StepError> {
+        let mut shape = vec![1];
         shape.extend_from_slice(&self.config.input);
+        guarded(Phase::Forward, || {
+            let xs = Tensor::f_zeros(shape.as_slice(), (Kind::Float, self.device.tch()))?;
+            tch::no_grad(|| drop(self.net.forward(&xs, false)));
+            Ok(())
+        })
+    }
 
-        let t0 = Instant::now();
-        let (xs, ys) = guarded(Phase::Data, || {
+    /// Random inputs and labels of the workload's shape, made on the device.
+    pub fn random_batch(&self, batch: u64) -> Result<(Tensor, Tensor), StepError> {
+        let dev = self.device.tch();
+        let mut shape = vec![batch as i64];
+        shape.extend_from_slice(&self.config.input);
+        guarded(Phase::Data, || {
             let xs = Tensor::f_randn(shape.as_slice(), (Kind::Float, dev))?;
-            let ys = Tensor::f_randint(self.config.classes, [batch], (Kind::Int64, dev))?;
+            let ys = Tensor::f_randint(self.config.classes, [batch as i64], (Kind::Int64, dev))?;
             self.sync()?;
             Ok((xs, ys))
-        })?;
-        let t1 = Instant::now();
+        })
+    }
+
+    /// Clears the gradients to None, as PyTorch's `zero_grad()` does.
+    pub fn zero_grad(&mut self) -> Result<(), StepError> {
+        guarded(Phase::Forward, || self.optimizer.zero_grad())
+    }
+
+    /// Forward, loss (scaled by `scale`, for gradient accumulation) and
+    /// backward on one batch. Returns the unscaled loss and the seconds spent
+    /// in forward and in backward. Every tensor of the pass is dropped before
+    /// it returns; the gradients accumulate.
+    pub fn forward_backward(&mut self, xs: &Tensor, ys: &Tensor, scale: f64) -> Result<(f64, f64, f64), StepError> {
+        let t0 = Instant::now();
         let loss = guarded(Phase::Forward, || {
-            self.optimizer.zero_grad()?;
-            let out = self.net.forward(&xs, true);
-            let ce = |logits: &Tensor| logits.f_cross_entropy_loss::<Tensor>(&ys, None, Reduction::Mean, -100, 0.0);
+            let out = self.net.forward(xs, self.train);
+            let ce = |logits: &Tensor| logits.f_cross_entropy_loss::<Tensor>(ys, None, Reduction::Mean, -100, 0.0);
             let mut loss = ce(&out.logits)?;
             if let Some(aux) = &out.aux {
                 // torchvision's reference recipe weights the auxiliary loss by 0.4.
@@ -190,24 +218,37 @@ impl Workload {
             self.sync()?;
             Ok(loss)
         })?;
-        let t2 = Instant::now();
-        guarded(Phase::Backward, || {
-            loss.f_backward()?;
-            self.sync()
+        let t1 = Instant::now();
+        let value = guarded(Phase::Backward, || {
+            let scaled = if scale == 1.0 { loss.shallow_clone() } else { loss.f_mul_scalar(scale)? };
+            scaled.f_backward()?;
+            self.sync()?;
+            loss.f_double_value(&[])
         })?;
-        drop((loss, xs, ys));
-        let t3 = Instant::now();
+        Ok((value, (t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+    }
+
+    /// Applies the optimizer. After an out-of-memory error, calling it again
+    /// completes the same update (see [`Optimizer::step`]).
+    pub fn optimizer_step(&mut self) -> Result<f64, StepError> {
+        let t0 = Instant::now();
         guarded(Phase::Optimizer, || {
             self.optimizer.step()?;
             self.sync()
         })?;
-        let t4 = Instant::now();
-        Ok(PhaseTimes {
-            data: (t1 - t0).as_secs_f64(),
-            forward: (t2 - t1).as_secs_f64(),
-            backward: (t3 - t2).as_secs_f64(),
-            optimizer: (t4 - t3).as_secs_f64(),
-        })
+        Ok(t0.elapsed().as_secs_f64())
+    }
+
+    /// One full training step on random data at `batch`: what a sweep trial runs.
+    pub fn step(&mut self, batch: u64) -> Result<PhaseTimes, StepError> {
+        let t0 = Instant::now();
+        let (xs, ys) = self.random_batch(batch)?;
+        let data = t0.elapsed().as_secs_f64();
+        self.zero_grad()?;
+        let (_, forward, backward) = self.forward_backward(&xs, &ys, 1.0)?;
+        drop((xs, ys));
+        let optimizer = self.optimizer_step()?;
+        Ok(PhaseTimes { data, forward, backward, optimizer })
     }
 }
 

@@ -33,6 +33,7 @@ fn spec() -> TrialSpec {
         device: Device::Cpu,
         batch: 8,
         steps: 3,
+        cpu_limit: None,
     }
 }
 

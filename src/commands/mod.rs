@@ -1,6 +1,8 @@
 //! One function per subcommand: validate, call the library, print.
+mod bench;
 mod list;
 mod sweep;
+mod train;
 mod trial;
 
 use anyhow::Result;
@@ -16,6 +18,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Models(args) => list::models(args),
         Command::Devices(args) => list::devices(args),
         Command::Trial(args) => trial::run(args),
+        Command::Train(args) => train::run(args),
+        Command::BenchSearch(args) => bench::run(args),
     }
 }
 

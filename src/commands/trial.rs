@@ -11,8 +11,13 @@ pub fn run(args: TrialArgs) -> Result<i32> {
         return Err(UsageError::new("trial needs a concrete --device (cpu or cuda:N)").into());
     }
     let (device, _) = device::resolve(args.device)?;
-    let spec =
-        TrialSpec { workload: super::workload_config(&args.workload)?, device, batch: args.batch, steps: args.steps };
+    let spec = TrialSpec {
+        workload: super::workload_config(&args.workload)?,
+        device,
+        batch: args.batch,
+        steps: args.steps,
+        cpu_limit: args.cpu_limit,
+    };
     trial::run(&spec, &mut std::io::stdout().lock())?;
     Ok(0)
 }

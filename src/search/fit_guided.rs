@@ -57,7 +57,7 @@ impl FitGuided {
         match (lo, hi) {
             (Some(l), Some(h)) => l + (h - l) / 2,
             (Some(l), None) => l.saturating_mul(2).min(upper),
-            (None, Some(h)) => (1 + h) / 2,
+            (None, Some(h)) => h.div_ceil(2),
             (None, None) => FIRST_PROBES[0].min(upper),
         }
     }

@@ -60,10 +60,11 @@ pub struct SweepConfig {
 
 impl SweepConfig {
     fn effective_max_batch(&self) -> u64 {
-        match (self.max_batch, self.device) {
-            (Some(m), _) => m,
-            (None, Device::Cpu) => CPU_DEFAULT_MAX_BATCH,
-            (None, Device::Cuda(_)) => u64::MAX / 4,
+        match (self.max_batch, self.device, self.capacity) {
+            (Some(m), _, _) => m,
+            // Planning for the machine's own RAM: steps would take minutes.
+            (None, Device::Cpu, None) => CPU_DEFAULT_MAX_BATCH,
+            _ => u64::MAX / 4,
         }
     }
 
@@ -130,8 +131,15 @@ impl Sweep<'_> {
     fn run_trial(&mut self, batch: u64) -> Result<&TrialResult> {
         let trial = self.report.trials.len() as u32 + 1;
         self.progress.trial_started(trial, batch);
-        let spec =
-            TrialSpec { workload: self.cfg.workload.clone(), device: self.cfg.device, batch, steps: self.cfg.steps };
+        // On the CPU, --capacity is a real limit inside libtorch, as a GPU's is.
+        let cpu_limit = if self.cfg.device == Device::Cpu { self.cfg.capacity } else { None };
+        let spec = TrialSpec {
+            workload: self.cfg.workload.clone(),
+            device: self.cfg.device,
+            batch,
+            steps: self.cfg.steps,
+            cpu_limit,
+        };
         let progress = &mut *self.progress;
         let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| progress.step_done(s));
         self.progress.trial_done(&result);

@@ -67,7 +67,7 @@ impl TrialResult {
 /// The command line of the child for `spec`.
 pub fn child_args(spec: &TrialSpec) -> Vec<String> {
     let w = &spec.workload;
-    vec![
+    let mut args: Vec<String> = vec![
         "trial".into(),
         "--json".into(),
         "--model".into(),
@@ -86,7 +86,11 @@ pub fn child_args(spec: &TrialSpec) -> Vec<String> {
         spec.batch.to_string(),
         "--steps".into(),
         spec.steps.to_string(),
-    ]
+    ];
+    if let Some(limit) = spec.cpu_limit {
+        args.extend(["--cpu-limit".into(), limit.to_string()]);
+    }
+    args
 }
 
 fn signal_name(signal: i32) -> &'static str {

@@ -1,0 +1,375 @@
+//! The search benchmark (`vramprobe bench-search`, run by
+//! `./scripts/bench-search`): every strategy on the same cases, side by side.
+//!
+//! Two kinds of case. `synthetic`: SYNTHETIC memory curves (not measurements;
+//! see [`crate::search::synthetic`]). `real`: exact CPU measurements of
+//! built-in models under a `--capacity`, where every batch any strategy asks
+//! for is a real trial (a child process, 3 training steps), measured once and
+//! shared by all strategies (CPU tracking is exact and deterministic), and
+//! the true max comes from an exhaustive scan of every batch from 1 up.
+//!
+//! Cost model: a probe that fits costs its steps; one that does not fit
+//! costs 1 step, where it would run out of memory on the device.
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::FitBasis;
+use crate::device::Device;
+use crate::fit::Budget;
+use crate::search::{self, synthetic, Observation, Probe, SearchLimits, StrategyKind};
+use crate::sweep::{observe, runner};
+use crate::trial::TrialSpec;
+use crate::workload::{OptimizerKind, WorkloadConfig};
+
+pub const STEPS_PER_TRIAL: u32 = 3;
+const MAX_TRIALS: usize = 64;
+const MARGIN: f64 = 0.10;
+
+/// One row of bench/search.csv.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRow {
+    pub case: String,
+    /// `real` (CPU measurements) or `synthetic` (a modelled curve).
+    pub kind: String,
+    pub strategy: String,
+    pub trials: usize,
+    pub steps: u64,
+    /// Training samples processed: the search's cost.
+    pub samples: u64,
+    pub found: u64,
+    pub true_max: u64,
+    /// The batch found does not actually fit.
+    pub would_oom: bool,
+}
+
+/// A real case: a built-in model under a capacity.
+#[derive(Debug, Clone)]
+pub struct RealCase {
+    pub model: &'static str,
+    pub input: [i64; 3],
+    pub optimizer: OptimizerKind,
+    pub capacity_bytes: u64,
+}
+
+/// The real cases: small inputs so that an exhaustive scan is affordable on
+/// two cores, capacities that put the true max between 30 and 1000.
+pub fn real_cases() -> Vec<RealCase> {
+    const MIB: u64 = 1 << 20;
+    vec![
+        RealCase { model: "resnet18", input: [3, 32, 32], optimizer: OptimizerKind::Sgd, capacity_bytes: 185 * MIB },
+        RealCase {
+            model: "mobilenet_v2",
+            input: [3, 32, 32],
+            optimizer: OptimizerKind::Sgd,
+            capacity_bytes: 230 * MIB,
+        },
+        RealCase {
+            model: "squeezenet1_1",
+            input: [3, 64, 64],
+            optimizer: OptimizerKind::Adam,
+            capacity_bytes: 103 * MIB,
+        },
+        RealCase {
+            model: "efficientnet_b0",
+            input: [3, 32, 32],
+            optimizer: OptimizerKind::Adamw,
+            capacity_bytes: 200 * MIB,
+        },
+    ]
+}
+
+fn cost(probes: &[Probe]) -> (u64, u64) {
+    probes.iter().fold((0, 0), |(steps, samples), p| {
+        let s = if p.observation.fits() { u64::from(STEPS_PER_TRIAL) } else { 1 };
+        (steps + s, samples + s * p.batch)
+    })
+}
+
+/// Runs every strategy against one oracle.
+fn compare(
+    case: &str,
+    kind: &str,
+    true_max: u64,
+    limits: &SearchLimits,
+    mut oracle: impl FnMut(u64) -> Observation,
+) -> Vec<BenchRow> {
+    StrategyKind::ALL
+        .iter()
+        .map(|&strategy| {
+            let mut s = search::build(strategy);
+            let (probes, result) = search::drive(s.as_mut(), limits, MAX_TRIALS, &mut oracle);
+            let (steps, samples) = cost(&probes);
+            BenchRow {
+                case: case.into(),
+                kind: kind.into(),
+                strategy: strategy.name().into(),
+                trials: probes.len(),
+                steps,
+                samples,
+                found: result.max_batch,
+                true_max,
+                would_oom: result.max_batch > true_max,
+            }
+        })
+        .collect()
+}
+
+pub fn synthetic_rows() -> Vec<BenchRow> {
+    synthetic::suite()
+        .iter()
+        .flat_map(|case| {
+            let limits = SearchLimits {
+                budget_bytes: case.budget_bytes,
+                margin_bytes: (case.budget_bytes as f64 / (1.0 - MARGIN) * MARGIN) as u64,
+                max_batch: u64::MAX / 4,
+                tolerance: 0,
+            };
+            compare(&case.name, "synthetic", case.true_max(), &limits, |b| case.observe(b))
+        })
+        .collect()
+}
+
+/// One real measurement, as kept in `bench/real-measurements.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub case: String,
+    pub batch: u64,
+    /// fits, too_big (out of memory or over budget) or failed.
+    pub observation: String,
+    pub peak_allocated_bytes: Option<u64>,
+}
+
+impl Measurement {
+    fn observation(&self) -> Observation {
+        match self.observation.as_str() {
+            "fits" => Observation::Fits { peak_bytes: self.peak_allocated_bytes.unwrap_or(0) },
+            "too_big" => Observation::TooBig { peak_bytes: self.peak_allocated_bytes },
+            _ => Observation::Failed { message: "recorded as failed".into() },
+        }
+    }
+}
+
+/// Measures real trials on demand, each batch once; `seen` may start from
+/// recorded measurements of the same case.
+struct RealOracle<'a> {
+    exe: &'a Path,
+    case: &'a RealCase,
+    budget: Budget,
+    seen: BTreeMap<u64, Observation>,
+    progress: &'a mut dyn FnMut(&str),
+}
+
+impl RealOracle<'_> {
+    fn observe(&mut self, batch: u64) -> Observation {
+        if let Some(o) = self.seen.get(&batch) {
+            return o.clone();
+        }
+        let spec = TrialSpec {
+            workload: WorkloadConfig {
+                model: self.case.model.into(),
+                input: self.case.input.to_vec(),
+                classes: 10,
+                optimizer: self.case.optimizer,
+                lr: 1e-3,
+            },
+            device: Device::Cpu,
+            batch,
+            steps: STEPS_PER_TRIAL,
+            cpu_limit: Some(self.case.capacity_bytes),
+        };
+        let trial = runner::run_trial(self.exe, 0, &spec, Duration::from_secs(600), |_| {});
+        let o = observe(&trial, &self.budget, FitBasis::PeakAllocated);
+        (self.progress)(&format!(
+            "  {} batch {batch}: {}",
+            self.case.model,
+            if o.fits() { "fits" } else { "does not fit" }
+        ));
+        self.seen.insert(batch, o.clone());
+        o
+    }
+}
+
+/// Runs the real cases. `recorded` measurements are reused instead of
+/// measured again; every measurement used is returned for recording.
+pub fn real_rows(
+    exe: &Path,
+    recorded: &[Measurement],
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<BenchRow>, Vec<Measurement>)> {
+    let mut rows = Vec::new();
+    let mut measured = Vec::new();
+    for case in real_cases() {
+        let name = format!("{}-{}-{}", case.model, crate::units::format_input(&case.input), case.optimizer.name());
+        let budget = Budget::new(case.capacity_bytes, MARGIN, 0);
+        let seen = recorded.iter().filter(|m| m.case == name).map(|m| (m.batch, m.observation())).collect();
+        let mut oracle = RealOracle { exe, case: &case, budget, seen, progress: &mut *progress };
+        // The truth, independently of every strategy: every batch from 1 up.
+        let mut true_max = 0;
+        loop {
+            match oracle.observe(true_max + 1) {
+                Observation::Fits { .. } => true_max += 1,
+                Observation::TooBig { .. } => break,
+                Observation::Failed { message } => bail!("{name}: batch {} failed: {message}", true_max + 1),
+            }
+        }
+        if !(30..=1000).contains(&true_max) {
+            bail!("{name}: the capacity gives a true max of {true_max}, outside 30..1000");
+        }
+        let limits = SearchLimits {
+            budget_bytes: budget.budget_bytes,
+            margin_bytes: (budget.capacity_bytes as f64 * MARGIN) as u64,
+            max_batch: u64::MAX / 4,
+            tolerance: 0,
+        };
+        rows.extend(compare(&name, "real", true_max, &limits, |b| oracle.observe(b)));
+        for (batch, o) in &oracle.seen {
+            let observation = match o {
+                Observation::Fits { .. } => "fits",
+                Observation::TooBig { .. } => "too_big",
+                Observation::Failed { .. } => "failed",
+            };
+            measured.push(Measurement {
+                case: name.clone(),
+                batch: *batch,
+                observation: observation.into(),
+                peak_allocated_bytes: o.peak_bytes(),
+            });
+        }
+    }
+    Ok((rows, measured))
+}
+
+/// Per strategy: median and worst trials, total samples, misses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StrategySummary {
+    pub strategy: String,
+    pub median_trials: f64,
+    pub worst_trials: usize,
+    pub total_trials: usize,
+    pub samples: u64,
+    pub exact: usize,
+    pub would_oom: usize,
+    pub cases: usize,
+}
+
+pub fn summarize(rows: &[BenchRow]) -> Vec<StrategySummary> {
+    StrategyKind::ALL
+        .iter()
+        .map(|k| {
+            let mine: Vec<&BenchRow> = rows.iter().filter(|r| r.strategy == k.name()).collect();
+            let mut trials: Vec<usize> = mine.iter().map(|r| r.trials).collect();
+            trials.sort_unstable();
+            let n = trials.len();
+            let median = match n {
+                0 => 0.0,
+                _ if n % 2 == 1 => trials[n / 2] as f64,
+                _ => (trials[n / 2 - 1] + trials[n / 2]) as f64 / 2.0,
+            };
+            StrategySummary {
+                strategy: k.name().into(),
+                median_trials: median,
+                worst_trials: trials.last().copied().unwrap_or(0),
+                total_trials: trials.iter().sum(),
+                samples: mine.iter().map(|r| r.samples).sum(),
+                exact: mine.iter().filter(|r| r.found == r.true_max).count(),
+                would_oom: mine.iter().filter(|r| r.would_oom).count(),
+                cases: n,
+            }
+        })
+        .collect()
+}
+
+pub fn format_table(rows: &[BenchRow]) -> String {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+    let mut out = String::new();
+    for kind in ["synthetic", "real"] {
+        let subset: Vec<BenchRow> = rows.iter().filter(|r| r.kind == kind).cloned().collect();
+        if subset.is_empty() {
+            continue;
+        }
+        let label =
+            if kind == "synthetic" { "SYNTHETIC curves (modelled, not measured)" } else { "real CPU measurements" };
+        out.push_str(&format!("{label}: {} cases\n", subset.len() / StrategyKind::ALL.len()));
+        let summary = summarize(&subset);
+        let base = summary.iter().find(|s| s.strategy == StrategyKind::LightningBinsearch.name()).cloned();
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+            "strategy",
+            "median trials",
+            "worst trials",
+            "total trials",
+            "vs binsearch trials",
+            "samples",
+            "vs binsearch samples",
+            "exact max",
+            "would OOM",
+        ]);
+        for s in &summary {
+            let ratio =
+                |mine: f64, theirs: f64| if theirs > 0.0 { format!("{:.2}", mine / theirs) } else { "-".into() };
+            let (trial_ratio, sample_ratio) = match &base {
+                Some(b) => {
+                    (ratio(s.total_trials as f64, b.total_trials as f64), ratio(s.samples as f64, b.samples as f64))
+                }
+                None => ("-".into(), "-".into()),
+            };
+            t.add_row(vec![
+                s.strategy.clone(),
+                format!("{:.1}", s.median_trials),
+                s.worst_trials.to_string(),
+                s.total_trials.to_string(),
+                trial_ratio,
+                s.samples.to_string(),
+                sample_ratio,
+                format!("{}/{}", s.exact, s.cases),
+                s.would_oom.to_string(),
+            ]);
+        }
+        out.push_str(&t.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+pub fn write_csv<T: Serialize>(rows: &[T], path: &Path) -> Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r)?;
+    }
+    let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    crate::output::write_atomic(path, &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_synthetic_benchmark_meets_the_goals() {
+        let rows = synthetic_rows();
+        let summary = summarize(&rows);
+        let ours = &summary[0];
+        assert_eq!(ours.strategy, "vramprobe");
+        assert_eq!((ours.exact, ours.would_oom), (ours.cases, 0));
+        assert!(ours.median_trials <= 4.0 && ours.worst_trials <= 7, "{ours:?}");
+        let binsearch = summary.iter().find(|s| s.strategy == "lightning-binsearch").unwrap();
+        assert!(ours.total_trials * 3 <= binsearch.total_trials, "{ours:?} vs {binsearch:?}");
+        assert!(ours.samples * 2 <= binsearch.samples, "{ours:?} vs {binsearch:?}");
+    }
+
+    #[test]
+    fn costs_follow_the_model() {
+        let probes = vec![
+            Probe { batch: 4, observation: Observation::Fits { peak_bytes: 1 } },
+            Probe { batch: 10, observation: Observation::TooBig { peak_bytes: None } },
+        ];
+        assert_eq!(cost(&probes), (4, 22));
+    }
+}

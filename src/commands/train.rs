@@ -1,0 +1,128 @@
+//! `vramprobe train --plan plan.csv`: the companion trainer's command line.
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::cli::TrainArgs;
+use crate::data::Dataset;
+use crate::device::{self, probe::Probe, Device, DeviceRequest};
+use crate::error::UsageError;
+use crate::model;
+use crate::plan;
+use crate::train::{self, checkpoint, Length, TrainConfig};
+use crate::units::format_input;
+use crate::workload::{Workload, WorkloadConfig};
+
+/// Samples in an epoch of SYNTHETIC data (CIFAR-10's training set size).
+const SYNTHETIC_SIZE: usize = 50_000;
+
+pub fn run(args: TrainArgs) -> Result<i32> {
+    let entries = plan::read(&args.plan).map_err(|e| UsageError::new(e.to_string()))?;
+    let entry = plan::select(&args.plan, entries, args.row.map(|r| r as usize), args.model.as_deref())
+        .map_err(|e| UsageError::new(e.to_string()))?;
+    let spec = model::find(&entry.model)?;
+
+    let data = match &args.data {
+        Some(dir) => Dataset::cifar(dir).map_err(|e| UsageError::new(e.to_string()))?,
+        None => Dataset::Synthetic { input: entry.input.clone(), classes: entry.classes, size: SYNTHETIC_SIZE },
+    };
+    if data.input() != entry.input || data.classes() != entry.classes {
+        return Err(UsageError::new(format!(
+            "{}:{}: the plan was measured for {} inputs and {} classes, the data is {} with {} classes; the recommended batch holds only for what was measured: sweep again with --input {} --classes {}",
+            args.plan.display(),
+            entry.line,
+            format_input(&entry.input),
+            entry.classes,
+            format_input(&data.input()),
+            data.classes(),
+            format_input(&data.input()),
+            data.classes()
+        ))
+        .into());
+    }
+
+    let request = args.device.unwrap_or(entry.device);
+    let request = if request == DeviceRequest::Auto { DeviceRequest::Auto } else { request };
+    let (device, note) = device::resolve(request)?;
+    if let Some(note) = note {
+        eprintln!("note: {note}");
+    }
+    if let Some(capacity) = args.capacity {
+        match device {
+            Device::Cpu => crate::shim::cpu_limit_install(capacity).map_err(|e| anyhow!("{e}"))?,
+            Device::Cuda(_) => bail!(UsageError::new("train --capacity is implemented on the CPU only for now")),
+        }
+    }
+    let (probe, notes) = Probe::open(device).context("starting memory tracking")?;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    let config = WorkloadConfig {
+        model: entry.model.clone(),
+        input: entry.input.clone(),
+        classes: entry.classes,
+        optimizer: entry.optimizer,
+        lr: args.lr,
+    };
+    // The initial weights come from the seed too, so two runs are the same run.
+    tch::manual_seed((args.seed & i64::MAX as u64) as i64);
+    let mut workload = Workload::new(spec, config, device).map_err(|e| anyhow!("building {}: {e}", entry.model))?;
+    workload.check_input().map_err(|e| {
+        UsageError::new(format!(
+            "{} cannot take {} inputs ({}); it needs inputs like its default {}",
+            entry.model,
+            format_input(&entry.input),
+            e.message,
+            format_input(&spec.default_input)
+        ))
+    })?;
+
+    let resume = match &args.resume {
+        Some(path) => {
+            let (progress, named) = checkpoint::read(path)?;
+            if progress.model != entry.model || progress.input != entry.input || progress.classes != entry.classes {
+                bail!(
+                    "{}: the checkpoint is for {} {} x{} classes, the plan row is for {} {} x{}",
+                    path.display(),
+                    progress.model,
+                    format_input(&progress.input),
+                    progress.classes,
+                    entry.model,
+                    format_input(&entry.input),
+                    entry.classes
+                );
+            }
+            checkpoint::restore(path, &mut workload, &named)?;
+            eprintln!("resuming {} at step {} (epoch {})", path.display(), progress.step, progress.epoch);
+            Some(progress)
+        }
+        None => None,
+    };
+
+    let effective_batch = args.target_batch.unwrap_or(entry.recommended_batch);
+    let length = match (args.steps, args.epochs) {
+        (Some(s), _) => Length::Steps(s),
+        (None, Some(e)) => Length::Epochs(e),
+        (None, None) => Length::Epochs(1),
+    };
+    let cfg = TrainConfig {
+        model: entry.model.clone(),
+        input: entry.input.clone(),
+        classes: entry.classes,
+        optimizer: entry.optimizer.name().into(),
+        device,
+        micro_batch: entry.recommended_batch,
+        effective_batch,
+        length,
+        log_every: args.log_every,
+        log_path: args.log.clone(),
+        checkpoint: args.checkpoint.clone(),
+        checkpoint_every: args.checkpoint_every,
+        reprobe_after: args.reprobe_after,
+        seed: args.seed,
+        quiet: args.quiet,
+    };
+    train::run(&cfg, &mut workload, &probe, &data, resume)?;
+    if let Some(log) = &args.log {
+        println!("Wrote {}", log.display());
+    }
+    Ok(0)
+}

@@ -1,0 +1,93 @@
+//! Checkpoints: the model's variables, the optimizer's state and where the
+//! run stands, in one safetensors file written atomically (temporary file,
+//! then rename). The random state is derived from (seed, step), so position
+//! and seed are all a resumed run needs to continue exactly.
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+
+use crate::workload::Workload;
+
+/// Where a run stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub model: String,
+    pub input: Vec<i64>,
+    pub classes: i64,
+    pub optimizer: String,
+    /// Optimizer steps completed.
+    pub step: u64,
+    pub epoch: u64,
+    /// Samples of the current epoch already used.
+    pub position: usize,
+    pub micro_batch: u64,
+    pub effective_batch: u64,
+    pub seed: u64,
+}
+
+const META: &str = "meta.json";
+
+pub fn save(path: &Path, workload: &Workload, progress: &Progress) -> Result<()> {
+    let mut named: Vec<(String, Tensor)> = Vec::new();
+    let mut vars: Vec<(String, Tensor)> = workload.var_store().variables().into_iter().collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    named.extend(vars.into_iter().map(|(k, v)| (format!("model.{k}"), v)));
+    named.extend(workload.optimizer().state_tensors());
+    let meta = serde_json::to_vec(progress)?;
+    named.push((META.into(), Tensor::from_slice(&meta)));
+
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+        std::process::id()
+    ));
+    let written = Tensor::write_safetensors(&named, &tmp).map_err(|e| anyhow!("{e}")).and_then(|_| {
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.with_context(|| format!("writing the checkpoint {}", path.display()))
+}
+
+/// Reads a checkpoint's progress without touching a model.
+pub fn read(path: &Path) -> Result<(Progress, Vec<(String, Tensor)>)> {
+    let named = Tensor::read_safetensors(path)
+        .map_err(|e| anyhow!("{}: not a readable vramprobe checkpoint ({e})", path.display()))?;
+    let meta = named
+        .iter()
+        .find(|(k, _)| k == META)
+        .ok_or_else(|| anyhow!("{}: not a vramprobe checkpoint (no {META})", path.display()))?;
+    let bytes = Vec::<u8>::try_from(&meta.1.to_kind(Kind::Uint8)).map_err(|e| anyhow!("{e}"))?;
+    let progress: Progress = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{}: unreadable checkpoint metadata", path.display()))?;
+    Ok((progress, named))
+}
+
+/// Loads the variables and optimizer state into `workload`.
+pub fn restore(path: &Path, workload: &mut Workload, named: &[(String, Tensor)]) -> Result<()> {
+    let vars = workload.var_store().variables();
+    for (name, var) in vars {
+        let key = format!("model.{name}");
+        let saved = named
+            .iter()
+            .find(|(k, _)| *k == key)
+            .ok_or_else(|| anyhow!("{}: the checkpoint has no variable {name}", path.display()))?;
+        if saved.1.size() != var.size() {
+            bail!(
+                "{}: variable {name} is {:?} in the checkpoint, {:?} in the model",
+                path.display(),
+                saved.1.size(),
+                var.size()
+            );
+        }
+        let mut var = var;
+        tch::no_grad(|| var.f_copy_(&saved.1)).map_err(|e| anyhow!("{e}"))?;
+    }
+    workload.optimizer_mut().load_state(named).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
