@@ -373,3 +373,38 @@ mod tests {
         assert_eq!(cost(&probes), (4, 22));
     }
 }
+
+#[cfg(test)]
+mod replay {
+    use super::*;
+
+    /// Replays recorded real measurements (bench/real-measurements.csv) through
+    /// the fit-guided search and prints its probes; batches not recorded are
+    /// reported as missing. For studying the search, not a check.
+    #[test]
+    #[ignore]
+    fn print_real_replays() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/real-measurements.csv");
+        let recorded: Vec<Measurement> =
+            csv::Reader::from_path(path).unwrap().deserialize().collect::<Result<_, _>>().unwrap();
+        for case in real_cases() {
+            let name = format!("{}-{}-{}", case.model, crate::units::format_input(&case.input), case.optimizer.name());
+            let budget = Budget::new(case.capacity_bytes, MARGIN, 0);
+            let limits = SearchLimits {
+                budget_bytes: budget.budget_bytes,
+                margin_bytes: (budget.capacity_bytes as f64 * MARGIN) as u64,
+                max_batch: u64::MAX / 4,
+                tolerance: 0,
+            };
+            let seen: BTreeMap<u64, Observation> =
+                recorded.iter().filter(|m| m.case == name).map(|m| (m.batch, m.observation())).collect();
+            let mut s = search::build(StrategyKind::Vramprobe);
+            let (probes, result) = search::drive(s.as_mut(), &limits, 20, |b| {
+                seen.get(&b).cloned().unwrap_or(Observation::Failed { message: format!("batch {b} not recorded") })
+            });
+            let seq: Vec<String> =
+                probes.iter().map(|p| format!("{}{}", p.batch, if p.observation.fits() { "+" } else { "-" })).collect();
+            println!("{name}: {} -> {} {:?}", seq.join(" "), result.max_batch, result.notes);
+        }
+    }
+}
