@@ -40,10 +40,6 @@ fn end(out: &mut impl Write, err: &StepError, failed_step: Option<u32>) -> Resul
 /// Runs the trial, writing its messages to `out`. Returns an error only when
 /// the records themselves cannot be written; step failures are outcomes.
 pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
-    // tch reports some libtorch errors by panicking; they are caught and
-    // classified, so the default hook's message would only be noise.
-    std::panic::set_hook(Box::new(|_| {}));
-
     let model_spec = model::find(&spec.workload.model)?;
     if let (Some(limit), Device::Cpu) = (spec.cpu_limit, spec.device) {
         crate::shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;

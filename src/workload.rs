@@ -74,21 +74,57 @@ pub fn is_oom_message(message: &str) -> bool {
     MARKERS.iter().any(|m| message.contains(m))
 }
 
+thread_local! {
+    /// Set while libtorch runs inside [`guarded`], whose panics are expected.
+    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Installs the process's panic hook: silent for the panics tch raises on
+/// libtorch errors inside [`guarded`] (they become classified errors), and
+/// one line, without a backtrace, for anything else (a bug).
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        if !GUARDED.with(|g| g.get()) {
+            let msg = payload_text(info.payload());
+            eprintln!("Error: internal error: {}", first_line(&msg));
+        }
+    }));
+}
+
+fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "libtorch panicked".into())
+}
+
+/// The first line of a libtorch message, without the C++ backtrace libtorch
+/// appends, the Debug quoting tch's panics add, or the "Internal torch
+/// error" prefix.
+pub fn first_line(message: &str) -> String {
+    let mut text = message.trim();
+    text = text.strip_prefix("called `Result::unwrap()` on an `Err` value: ").unwrap_or(text);
+    if let Some(inner) = text.strip_prefix("Torch(\"") {
+        text = inner;
+    }
+    let text = text.split("\\n").next().unwrap_or(text);
+    let text = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let text = text.strip_prefix("Internal torch error: ").unwrap_or(text);
+    text.trim_end_matches(['"', ')']).to_string()
+}
+
 /// Runs `f`, converting both `Err` and a panic into a classified error.
 fn guarded<T>(phase: Phase, f: impl FnOnce() -> Result<T, tch::TchError>) -> Result<T, StepError> {
-    let message = match catch_unwind(AssertUnwindSafe(f)) {
+    let was = GUARDED.with(|g| g.replace(true));
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(was));
+    let message = match outcome {
         Ok(Ok(value)) => return Ok(value),
         Ok(Err(e)) => e.to_string(),
-        Err(payload) => payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "libtorch panicked".into()),
+        Err(payload) => payload_text(payload.as_ref()),
     };
-    // Keep the first line: libtorch appends C++ backtraces to its messages.
-    let first = message.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-    let first = first.strip_prefix("called `Result::unwrap()` on an `Err` value: ").unwrap_or(first);
-    Err(StepError { oom: is_oom_message(&message), phase, message: first.to_string() })
+    Err(StepError { oom: is_oom_message(&message), phase, message: first_line(&message) })
 }
 
 /// What to train and how.
@@ -255,6 +291,14 @@ impl Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libtorch_messages_are_cut_to_their_first_line() {
+        let panic = r#"called `Result::unwrap()` on an `Err` value: Torch("CPU out of memory (vramprobe capacity limit): tried to allocate 294912 bytes\nException raised from allocate at csrc/vramprobe_shim.cpp:100 (most recent call first):\nframe #0: c10::Error")"#;
+        assert_eq!(first_line(panic), "CPU out of memory (vramprobe capacity limit): tried to allocate 294912 bytes");
+        let err = "Internal torch error: DefaultCPUAllocator: can't allocate memory\nException raised from";
+        assert_eq!(first_line(err), "DefaultCPUAllocator: can't allocate memory");
+    }
 
     #[test]
     fn oom_messages_of_every_allocator_are_recognised() {

@@ -75,6 +75,7 @@ fn a_real_oom_under_a_cpu_capacity_backs_off_and_keeps_the_effective_batch() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("back-off:") && stderr.contains("effective batch 32 unchanged"), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("Exception raised"), "{stderr}");
     let rows = read_log(&log);
     let backoff = rows.iter().find(|r| r.event == "backoff").expect("a back-off row");
     assert!(backoff.message.contains("out of memory"), "{}", backoff.message);

@@ -298,7 +298,7 @@ pub fn run(
             }
         }
         if let Some(k) = cfg.reprobe_after {
-            if stable_steps >= k && micro < cfg.micro_batch.min(cfg.effective_batch) {
+            if stable_steps >= k && micro < cfg.micro_batch.min(cfg.effective_batch) && cursor.step < total_steps {
                 let from = micro;
                 micro = (micro * 2).min(cfg.micro_batch);
                 stable_steps = 0;
