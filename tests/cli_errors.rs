@@ -110,7 +110,7 @@ fn a_model_that_does_not_fit_at_batch_1_says_so_with_numbers() {
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["status"], "failed");
     let batches: Vec<u64> = report["trials"].as_array().unwrap().iter().map(|t| t["batch"].as_u64().unwrap()).collect();
-    assert_eq!(batches, vec![2, 1], "the search tries batch 1 after batch 2 does not fit");
+    assert_eq!(batches, vec![4, 2, 1], "the search halves down to batch 1");
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn a_trial_past_its_timeout_is_reported_as_such() {
         ],
         1,
     );
-    assert!(err.contains("the trial at batch 2 failed: no result within the 1s trial timeout"), "{err}");
+    assert!(err.contains("the trial at batch 4 failed: no result within the 1s trial timeout"), "{err}");
     let sweep = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
     assert!(sweep.lines().nth(1).unwrap().contains(",timeout,"), "{sweep}");
 }

@@ -1,4 +1,4 @@
-//! vramprobe's own search: two small probes, a fit, a probe at the predicted
+//! vramprobe's own search: two cheap probes, a fit, a probe at the predicted
 //! max, then refinement inside the bracket the probes establish
 //! (interpolating between the bracket's readings, refitting as points
 //! arrive) until the max is exact: it fits and the next batch does not. Every
@@ -8,8 +8,10 @@
 use super::{bracket, Observation, Probe, SearchLimits, SearchResult, Step, Strategy};
 use crate::fit::LinearFit;
 
-/// The first two probes: small, cheap, and far enough apart to fit a line.
-const FIRST_PROBES: [u64; 2] = [2, 16];
+/// The first two probes: cheap, past the smallest batches (where a step's
+/// peak is often elsewhere than in the activations, which bends the curve),
+/// and far enough apart that extrapolating their line errs little.
+const FIRST_PROBES: [u64; 2] = [4, 32];
 /// Guided probes before the search stops trusting the fit.
 const MAX_GUIDED: u32 = 6;
 /// Below this r² the line is not trusted to place probes.

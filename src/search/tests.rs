@@ -50,7 +50,7 @@ fn exact_lines_take_four_trials() {
         let case = linear(max);
         let (probes, result) = run(StrategyKind::Vramprobe, &case, limits(&case));
         let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
-        assert_eq!(batches, vec![2, 16, max, max + 1], "linear-{max}");
+        assert_eq!(batches, vec![4, 32, max, max + 1], "linear-{max}");
         assert!(result.exact && !result.fell_back);
     }
 }
@@ -87,7 +87,7 @@ fn oom_at_batch_one_means_nothing_fits() {
     assert_eq!(case.true_max(), 0);
     let (probes, result) = run(StrategyKind::Vramprobe, &case, limits(&case));
     assert_eq!(result.max_batch, 0);
-    assert_eq!(probes.iter().map(|p| p.batch).collect::<Vec<_>>(), vec![2, 1]);
+    assert_eq!(probes.iter().map(|p| p.batch).collect::<Vec<_>>(), vec![4, 2, 1]);
     for kind in StrategyKind::ALL {
         let (_, result) = run(kind, &case, limits(&case));
         // Lightning reports 1 after an OOM at 2 without running it: faithful, and wrong.
@@ -143,7 +143,7 @@ fn a_failed_trial_stops_the_search_with_what_was_verified() {
     };
     let mut strategy = build(StrategyKind::Vramprobe);
     let (_, result) = drive(strategy.as_mut(), &limits(&case), 100, broken);
-    assert_eq!(result.max_batch, 16);
+    assert_eq!(result.max_batch, 4);
     assert!(!result.exact && result.notes[0].contains("illegal memory access"));
 }
 
