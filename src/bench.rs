@@ -180,6 +180,7 @@ impl RealOracle<'_> {
             batch,
             steps: STEPS_PER_TRIAL,
             cpu_limit: Some(self.case.capacity_bytes),
+            cuda_memory_fraction: None,
         };
         let trial = runner::run_trial(self.exe, 0, &spec, Duration::from_secs(600), |_| {});
         let o = observe(&trial, &self.budget, FitBasis::PeakAllocated);

@@ -45,6 +45,17 @@ pub enum Command {
         after_help = "Examples:\n  vramprobe train --plan runs/X/plan.csv --target-batch 256 --steps 100 --log train.csv\n  vramprobe train --plan plan.csv --data cifar-10-batches-bin --epochs 2 --checkpoint run.ckpt\n  vramprobe train --plan plan.csv --resume run.ckpt --epochs 4 --checkpoint run.ckpt"
     )]
     Train(TrainArgs),
+    /// Pre-flight check: run a few real steps at exactly one configuration and
+    /// say whether it fits (exit 0), or not (exit 3).
+    #[command(
+        after_help = "Exit codes: 0 fits, 3 won't fit, 1 runtime error, 2 usage error.\n\nExamples:\n  vramprobe check --plan runs/X/plan.csv\n  vramprobe check --model resnet50 --batch 64 --capacity 8GiB --quiet && python train.py\n  vramprobe check --plan plan-gpus.csv --row 3 --json"
+    )]
+    Check(CheckArgs),
+    /// Predict the max batch on GPUs you do not have, from a measured run.
+    #[command(
+        after_help = "Examples:\n  vramprobe plan --from runs/X/report.json --gpu rtx3070\n  vramprobe plan --from runs/X/report.json --gpu all --multiple-of 8\n  vramprobe plan --from runs/X/report.json --gpu my-gpu.toml"
+    )]
+    Plan(PlanArgs),
     /// Internal: one trial, run by `sweep` in a child process.
     #[command(hide = true)]
     Trial(TrialArgs),
@@ -54,26 +65,30 @@ pub enum Command {
 pub struct WorkloadArgs {
     /// Built-in model name (see `vramprobe models`).
     #[arg(long)]
-    pub model: String,
+    pub model: Option<String>,
     /// Input shape per sample, channels x height x width [default: the model's own].
     #[arg(long, value_name = "CxHxW", value_parser = parse_input)]
     pub input: Option<InputShape>,
     /// Number of classes [default: the model's own, 1000 for ImageNet models].
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_negative_numbers = true)]
     pub classes: Option<i64>,
-    /// Optimizer, with PyTorch's defaults (SGD with momentum 0.9).
-    #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
-    pub optimizer: OptimizerKind,
-    /// Learning rate.
-    #[arg(long, default_value_t = 1e-3, allow_hyphen_values = true, value_parser = parse_lr)]
-    pub lr: f64,
+    /// Optimizer, with PyTorch's defaults (SGD with momentum 0.9) [default: adam].
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerKind>,
+    /// Learning rate [default: 0.001].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_lr)]
+    pub lr: Option<f64>,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct SweepArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// auto (first CUDA device, else the CPU), cpu, cuda or cuda:N.
+    /// A workload preset (profiles/models/*.toml); options given here override it.
+    #[arg(long, required_unless_present = "model")]
+    pub profile: Option<PathBuf>,
+    /// auto (first CUDA device, else the CPU), cpu, cuda, cuda:N, or all (every
+    /// GPU at once, one child per device, and the smallest batch among them).
     #[arg(long, default_value = "auto", value_parser = parse_device)]
     pub device: DeviceRequest,
     /// How to search for the largest batch: vramprobe's fit-guided search, or
@@ -169,6 +184,60 @@ pub struct TrainArgs {
     /// No progress or event lines on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// A plan.csv (from sweep or plan) to check: its recommended batch.
+    #[arg(long, conflicts_with_all = ["model", "batch"])]
+    pub plan: Option<PathBuf>,
+    /// Which plan row (1-based) [default: the only row].
+    #[arg(long, requires = "plan", value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub row: Option<u64>,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// The batch to check (with --model).
+    #[arg(long, requires = "model", allow_hyphen_values = true, value_parser = parse_batch)]
+    pub batch: Option<u64>,
+    /// auto, cpu, cuda or cuda:N [default: the plan's, or auto].
+    #[arg(long, value_parser = parse_device)]
+    pub device: Option<DeviceRequest>,
+    /// Training steps to run.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
+    pub steps: u32,
+    /// Emulate a device of this size (the CPU: a real limit; CUDA: the allocator's fraction).
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_bytes)]
+    pub capacity: Option<u64>,
+    /// Warn when less than this share of the capacity stays free.
+    #[arg(long, default_value = "10%", allow_hyphen_values = true, value_parser = parse_margin)]
+    pub margin: f64,
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub trial_timeout: u64,
+    /// Print nothing; the exit code is the answer.
+    #[arg(long, short, conflicts_with = "json")]
+    pub quiet: bool,
+    /// Print the verdict as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// A report.json written by `vramprobe sweep`.
+    #[arg(long)]
+    pub from: PathBuf,
+    /// A GPU profile id (see profiles/gpus), `all`, or a path to a profile .toml.
+    #[arg(long)]
+    pub gpu: String,
+    /// Share of each GPU's memory kept free [default: the run's margin].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_margin)]
+    pub margin: Option<f64>,
+    /// Round the recommended batch down to a multiple of this.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub multiple_of: u64,
+    /// Where to write the plan rows [default: plan-gpus.csv beside the report].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

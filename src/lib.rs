@@ -16,6 +16,7 @@ pub mod model;
 pub mod optim;
 pub mod output;
 pub mod plan;
+pub mod profile;
 pub mod record;
 pub mod report;
 pub mod search;
@@ -24,6 +25,7 @@ pub mod sweep;
 pub mod train;
 pub mod trial;
 pub mod units;
+pub mod whatif;
 pub mod workload;
 
 /// The tch release this build uses (tch pins its libtorch version).

@@ -35,6 +35,9 @@ pub struct PlanEntry {
     pub device: DeviceRequest,
     pub optimizer: OptimizerKind,
     pub recommended_batch: u64,
+    /// The row's memory line, when it has one (optional columns).
+    pub fixed_bytes: Option<i64>,
+    pub per_sample_bytes: Option<i64>,
 }
 
 /// Reads every row of a plan file.
@@ -100,7 +103,29 @@ pub fn read(path: &Path) -> Result<Vec<PlanEntry>, PlanError> {
                 format!("'{}' is not a batch size (a whole number of at least 1)", field("recommended_batch")),
             )
         })?;
-        entries.push(PlanEntry { line, model, input, classes, device, optimizer, recommended_batch });
+        // Optional: the memory line, for "the largest batch the fit allows".
+        let optional = |name: &str| -> Result<Option<i64>, PlanError> {
+            match field(name) {
+                "" => Ok(None),
+                text => text
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| err(line, Some(name), format!("'{text}' is not a whole number of bytes"))),
+            }
+        };
+        let fixed_bytes = optional("fixed_bytes")?;
+        let per_sample_bytes = optional("per_sample_bytes")?;
+        entries.push(PlanEntry {
+            line,
+            model,
+            input,
+            classes,
+            device,
+            optimizer,
+            recommended_batch,
+            fixed_bytes,
+            per_sample_bytes,
+        });
     }
     if entries.is_empty() {
         return Err(err(1, None, "no plan rows below the header".into()));

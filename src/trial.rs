@@ -23,6 +23,9 @@ pub struct TrialSpec {
     pub steps: u32,
     /// On the CPU: a real memory limit inside libtorch (`--capacity`).
     pub cpu_limit: Option<u64>,
+    /// On CUDA: the caching allocator's `per_process_memory_fraction`
+    /// (`--capacity`), set in the child's environment.
+    pub cuda_memory_fraction: Option<f64>,
 }
 
 fn emit(out: &mut impl Write, msg: &Message) -> Result<()> {

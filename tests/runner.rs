@@ -34,6 +34,7 @@ fn spec() -> TrialSpec {
         batch: 8,
         steps: 3,
         cpu_limit: None,
+        cuda_memory_fraction: None,
     }
 }
 

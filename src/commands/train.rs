@@ -3,7 +3,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::cli::TrainArgs;
 use crate::data::Dataset;
-use crate::device::{self, probe::Probe, Device, DeviceRequest};
+use crate::device::{self, probe::Probe, Device};
 use crate::error::UsageError;
 use crate::model;
 use crate::plan;
@@ -40,7 +40,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     }
 
     let request = args.device.unwrap_or(entry.device);
-    let request = if request == DeviceRequest::Auto { DeviceRequest::Auto } else { request };
+
     let (device, note) = device::resolve(request)?;
     if let Some(note) = note {
         eprintln!("note: {note}");

@@ -7,7 +7,7 @@ use crate::error::UsageError;
 use crate::trial::{self, TrialSpec};
 
 pub fn run(args: TrialArgs) -> Result<i32> {
-    if args.device == DeviceRequest::Auto {
+    if matches!(args.device, DeviceRequest::Auto | DeviceRequest::All) {
         return Err(UsageError::new("trial needs a concrete --device (cpu or cuda:N)").into());
     }
     let (device, _) = device::resolve(args.device)?;
@@ -17,6 +17,7 @@ pub fn run(args: TrialArgs) -> Result<i32> {
         batch: args.batch,
         steps: args.steps,
         cpu_limit: args.cpu_limit,
+        cuda_memory_fraction: None,
     };
     trial::run(&spec, &mut std::io::stdout().lock())?;
     Ok(0)

@@ -18,6 +18,8 @@ pub enum DeviceRequest {
     Auto,
     Cpu,
     Cuda(usize),
+    /// Every visible CUDA device (sweep only).
+    All,
 }
 
 impl FromStr for DeviceRequest {
@@ -26,11 +28,12 @@ impl FromStr for DeviceRequest {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim() {
             "auto" => Ok(DeviceRequest::Auto),
+            "all" => Ok(DeviceRequest::All),
             "cpu" => Ok(DeviceRequest::Cpu),
             "cuda" => Ok(DeviceRequest::Cuda(0)),
             other => {
                 other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()).map(DeviceRequest::Cuda).ok_or_else(
-                    || UsageError::new(format!("invalid --device '{text}': expected auto, cpu, cuda or cuda:N")),
+                    || UsageError::new(format!("invalid --device '{text}': expected auto, cpu, cuda, cuda:N or all")),
                 )
             }
         }
@@ -67,7 +70,7 @@ impl TryFrom<String> for Device {
         match s.parse::<DeviceRequest>()? {
             DeviceRequest::Cpu => Ok(Device::Cpu),
             DeviceRequest::Cuda(i) => Ok(Device::Cuda(i)),
-            DeviceRequest::Auto => Err(UsageError::new("'auto' is not a concrete device")),
+            DeviceRequest::Auto | DeviceRequest::All => Err(UsageError::new(format!("'{s}' is not a concrete device"))),
         }
     }
 }
@@ -103,6 +106,17 @@ pub fn resolve(request: DeviceRequest) -> Result<(Device, Option<String>), Usage
             cuda_count - 1
         ))),
         DeviceRequest::Cuda(i) => Ok((Device::Cuda(i), None)),
+        DeviceRequest::All => Err(UsageError::new("--device all is for sweep only: choose one device here")),
+    }
+}
+
+/// `--device all`: every visible CUDA device, or an error saying there is none.
+pub fn all_cuda() -> Result<Vec<Device>, UsageError> {
+    match cuda::device_count() {
+        0 => Err(UsageError::new(
+            "--device all: no CUDA device found (no GPU, or no NVIDIA driver); use --device cpu to measure on the CPU",
+        )),
+        n => Ok((0..n).map(Device::Cuda).collect()),
     }
 }
 

@@ -49,6 +49,8 @@ pub struct SweepConfig {
     pub tolerance: u64,
     pub trial_timeout: Duration,
     pub capacity: Option<u64>,
+    /// On CUDA with `--capacity`: the allocator fraction that emulates it.
+    pub cuda_memory_fraction: Option<f64>,
     pub margin_fraction: f64,
     pub multiple_of: u64,
     pub out_dir: PathBuf,
@@ -139,6 +141,7 @@ impl Sweep<'_> {
             batch,
             steps: self.cfg.steps,
             cpu_limit,
+            cuda_memory_fraction: self.cfg.cuda_memory_fraction,
         };
         let progress = &mut *self.progress;
         let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| progress.step_done(s));

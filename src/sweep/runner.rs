@@ -136,6 +136,13 @@ pub fn run_trial(
         .stderr(Stdio::piped())
         // Its own process group, so a timeout kills everything it started.
         .process_group(0);
+    if let Some(fraction) = spec.cuda_memory_fraction {
+        let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
+        command.env(
+            "PYTORCH_CUDA_ALLOC_CONF",
+            crate::device::cuda::alloc_conf_with_fraction(existing.as_deref(), fraction),
+        );
+    }
     // SAFETY: prctl is async-signal-safe. Outside the terminal's process
     // group the child would not see Ctrl-C; it dies with its parent instead.
     unsafe {

@@ -1,0 +1,119 @@
+//! `vramprobe plan --from runs/X/report.json --gpu rtx3070|all|FILE`:
+//! predicts the max batch on GPUs from a measured memory line.
+use anyhow::{Context, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+
+use crate::cli::PlanArgs;
+use crate::error::UsageError;
+use crate::output::write_atomic;
+use crate::profile;
+use crate::report::csv::{PlanRow, PLAN_SCHEMA_VERSION};
+use crate::report::Report;
+use crate::units::{format_input, human_bytes};
+use crate::whatif::{plan_for, GpuPlan};
+
+pub fn run(args: PlanArgs) -> Result<i32> {
+    let bytes =
+        std::fs::read(&args.from).map_err(|e| UsageError::new(format!("{}: cannot read: {e}", args.from.display())))?;
+    let report: Report = serde_json::from_slice(&bytes)
+        .map_err(|e| UsageError::new(format!("{}: not a vramprobe report.json ({e})", args.from.display())))?;
+    let analysis = report.analysis.as_ref().ok_or_else(|| {
+        UsageError::new(format!("{}: the run has no analysis (it did not finish)", args.from.display()))
+    })?;
+    let fit = analysis.fit.filter(|f| f.per_sample_bytes > 0.0).ok_or_else(|| {
+        UsageError::new(format!(
+            "{}: the run has no memory line to plan from (fewer than two batch sizes fit)",
+            args.from.display()
+        ))
+    })?;
+    let gpus = profile::resolve_gpus(&args.gpu).map_err(|e| UsageError::new(e.to_string()))?;
+    let margin = args.margin.unwrap_or(analysis.budget.margin_fraction);
+    let plans: Vec<GpuPlan> = gpus.iter().map(|g| plan_for(&fit, g, margin, args.multiple_of)).collect();
+
+    let source = if report.device.starts_with("cuda") { "a GPU" } else { "the CPU (host tracking)" };
+    println!(
+        "{} {} x{} classes, {}: memory line measured on {} ({}), fixed {}, per sample {}, r² {:.6}",
+        report.workload.model,
+        format_input(&report.workload.input),
+        report.workload.classes,
+        report.workload.optimizer.name(),
+        report.device,
+        source,
+        human_bytes(fit.fixed_bytes),
+        human_bytes(fit.per_sample_bytes),
+        fit.r2
+    );
+    println!("measured: max batch {} on {} (verified by {})", analysis.max_batch, report.device, analysis.strategy);
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "GPU (predicted)",
+        "memory",
+        "overhead",
+        "budget",
+        "max batch",
+        "recommended",
+    ]);
+    for p in &plans {
+        t.add_row(vec![
+            format!("{} ({})", p.gpu.name, p.gpu.id),
+            human_bytes(p.gpu.memory_bytes as f64),
+            human_bytes(p.gpu.context_overhead_bytes as f64),
+            human_bytes(p.budget.budget_bytes as f64),
+            p.max_batch.to_string(),
+            p.recommended_batch.to_string(),
+        ]);
+    }
+    println!("{t}");
+    if !report.device.starts_with("cuda") {
+        println!("note: predicted from host measurements: cuDNN/cuBLAS workspaces and the CUDA allocator's rounding are not in them");
+    }
+    if plans.iter().any(|p| p.gpu.overhead_source.starts_with("estimate")) {
+        println!("note: profile overheads marked 'estimate' are not measured (see each profile's overhead_source)");
+    }
+
+    let rows: Vec<PlanRow> = plans
+        .iter()
+        .map(|p| PlanRow {
+            schema_version: PLAN_SCHEMA_VERSION,
+            model: report.workload.model.clone(),
+            input: format_input(&report.workload.input),
+            classes: report.workload.classes,
+            device: "cuda".into(),
+            device_name: p.gpu.name.clone(),
+            mode: "train".into(),
+            precision: "fp32".into(),
+            optimizer: report.workload.optimizer.name().into(),
+            capacity_bytes: p.gpu.memory_bytes,
+            margin_fraction: margin,
+            non_pytorch_bytes: p.gpu.context_overhead_bytes,
+            budget_bytes: p.budget.budget_bytes,
+            fit_basis: analysis.fit_basis.name().into(),
+            fixed_bytes: Some(fit.fixed_bytes.round() as i64),
+            per_sample_bytes: Some(fit.per_sample_bytes.round() as i64),
+            r2: Some(fit.r2),
+            fit_points: fit.points,
+            strategy: format!("predicted-from-{}", report.device),
+            trials: 0,
+            max_batch: p.max_batch,
+            exact: false,
+            predicted_max_batch: Some(p.max_batch),
+            recommended_batch: p.recommended_batch,
+            recommended_verified: false,
+            recommended_peak_bytes: p.predicted_peak_bytes.map(|b| b.round() as i64),
+            headroom_bytes: p.predicted_peak_bytes.map(|b| p.budget.headroom(b).round() as i64),
+        })
+        .collect();
+    let out = args.out.clone().unwrap_or_else(|| args.from.with_file_name("plan-gpus.csv"));
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in &rows {
+        w.serialize(r)?;
+    }
+    write_atomic(&out, &w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?).context("writing the GPU plan")?;
+    println!(
+        "Wrote {} ({} rows; check and train accept them: vramprobe check --plan {} --row N)",
+        out.display(),
+        rows.len(),
+        out.display()
+    );
+    Ok(0)
+}

@@ -1,0 +1,294 @@
+//! Presets in `profiles/`: GPUs (`profiles/gpus/*.toml`: memory and typical
+//! overhead, for planning on a GPU you do not have) and workloads
+//! (`profiles/models/*.toml`: model, input, classes, optimizer...). The
+//! profiles shipped in the repository are compiled into the binary; any path
+//! to a TOML file works too. Every error names the file, the line and the field.
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::units;
+use crate::workload::OptimizerKind;
+
+/// A profile file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}:{line}: {}{message}", .path.display(), .field.as_ref().map(|f| format!("field {f}: ")).unwrap_or_default())]
+pub struct ProfileError {
+    pub path: PathBuf,
+    pub line: usize,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The key on a line such as `memory_bytes = 12`.
+fn key_on_line(text: &str, line: usize) -> Option<String> {
+    let l = text.lines().nth(line.checked_sub(1)?)?;
+    let (key, _) = l.split_once('=')?;
+    Some(key.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('#'))
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(path: &Path, text: &str) -> Result<T, ProfileError> {
+    toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(1, |s| line_of(text, s.start));
+        let message = e.message().to_string();
+        // serde names a missing field itself; otherwise the span's line has the key.
+        let field =
+            if message.starts_with("missing field") { None } else { e.span().and_then(|_| key_on_line(text, line)) };
+        ProfileError { path: path.to_path_buf(), line, field, message }
+    })
+}
+
+fn field_error<T>(path: &Path, text: &str, name: &str, value: &Spanned<T>, message: String) -> ProfileError {
+    ProfileError {
+        path: path.to_path_buf(),
+        line: line_of(text, value.span().start),
+        field: Some(name.into()),
+        message,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGpu {
+    name: Spanned<String>,
+    memory_bytes: Spanned<i64>,
+    context_overhead_bytes: Spanned<i64>,
+    overhead_source: Spanned<String>,
+    bf16: bool,
+}
+
+/// A GPU to plan for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuProfile {
+    /// The file name without `.toml`, e.g. `rtx3070`.
+    pub id: String,
+    pub name: String,
+    pub memory_bytes: u64,
+    /// Memory outside PyTorch's allocator: the CUDA context and library handles.
+    pub context_overhead_bytes: u64,
+    pub overhead_source: String,
+    pub bf16: bool,
+}
+
+pub fn parse_gpu(path: &Path, text: &str) -> Result<GpuProfile, ProfileError> {
+    let raw: RawGpu = parse(path, text)?;
+    let positive = |name: &str, v: &Spanned<i64>, min: i64| {
+        if *v.get_ref() < min {
+            Err(field_error(path, text, name, v, format!("{} is not a valid byte count", v.get_ref())))
+        } else {
+            Ok(*v.get_ref() as u64)
+        }
+    };
+    let memory_bytes = positive("memory_bytes", &raw.memory_bytes, 1)?;
+    let context_overhead_bytes = positive("context_overhead_bytes", &raw.context_overhead_bytes, 0)?;
+    if context_overhead_bytes >= memory_bytes {
+        return Err(field_error(
+            path,
+            text,
+            "context_overhead_bytes",
+            &raw.context_overhead_bytes,
+            "must be less than memory_bytes".into(),
+        ));
+    }
+    for (name, v) in [("name", &raw.name), ("overhead_source", &raw.overhead_source)] {
+        if v.get_ref().trim().is_empty() {
+            return Err(field_error(path, text, name, v, "must not be empty".into()));
+        }
+    }
+    let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(GpuProfile {
+        id,
+        name: raw.name.into_inner(),
+        memory_bytes,
+        context_overhead_bytes,
+        overhead_source: raw.overhead_source.into_inner(),
+        bf16: raw.bf16,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkload {
+    model: Spanned<String>,
+    input: Spanned<String>,
+    classes: Spanned<i64>,
+    mode: Spanned<String>,
+    precision: Spanned<String>,
+    optimizer: Spanned<String>,
+    lr: Spanned<f64>,
+}
+
+/// A workload preset for `sweep --profile`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadProfile {
+    pub model: String,
+    pub input: Vec<i64>,
+    pub classes: i64,
+    pub optimizer: OptimizerKind,
+    pub lr: f64,
+}
+
+pub fn parse_workload(path: &Path, text: &str) -> Result<WorkloadProfile, ProfileError> {
+    let raw: RawWorkload = parse(path, text)?;
+    let err = |name: &str, v: &dyn SpanOf, message: String| ProfileError {
+        path: path.to_path_buf(),
+        line: line_of(text, v.start()),
+        field: Some(name.into()),
+        message,
+    };
+    crate::model::find(raw.model.get_ref()).map_err(|e| err("model", &raw.model, e.to_string()))?;
+    let input = units::parse_input(raw.input.get_ref()).map_err(|e| err("input", &raw.input, e.to_string()))?;
+    if *raw.classes.get_ref() < 1 {
+        return Err(err("classes", &raw.classes, "must be at least 1".into()));
+    }
+    if raw.mode.get_ref() != "train" {
+        return Err(err("mode", &raw.mode, format!("'{}' is not supported yet: only train", raw.mode.get_ref())));
+    }
+    if raw.precision.get_ref() != "fp32" {
+        return Err(err(
+            "precision",
+            &raw.precision,
+            format!("'{}' is not supported yet: only fp32", raw.precision.get_ref()),
+        ));
+    }
+    let optimizer = match raw.optimizer.get_ref().as_str() {
+        "sgd" => OptimizerKind::Sgd,
+        "adam" => OptimizerKind::Adam,
+        "adamw" => OptimizerKind::Adamw,
+        other => return Err(err("optimizer", &raw.optimizer, format!("'{other}' is not one of sgd, adam, adamw"))),
+    };
+    let lr = *raw.lr.get_ref();
+    if !(lr.is_finite() && lr > 0.0) {
+        return Err(err("lr", &raw.lr, "must be a positive number".into()));
+    }
+    Ok(WorkloadProfile { model: raw.model.into_inner(), input, classes: *raw.classes.get_ref(), optimizer, lr })
+}
+
+/// Where a spanned value starts, whatever its type.
+trait SpanOf {
+    fn start(&self) -> usize;
+}
+
+impl<T> SpanOf for Spanned<T> {
+    fn start(&self) -> usize {
+        self.span().start
+    }
+}
+
+fn read(path: &Path) -> Result<String, ProfileError> {
+    std::fs::read_to_string(path).map_err(|e| ProfileError {
+        path: path.to_path_buf(),
+        line: 0,
+        field: None,
+        message: format!("cannot read: {e}"),
+    })
+}
+
+pub fn load_workload(path: &Path) -> Result<WorkloadProfile, ProfileError> {
+    parse_workload(path, &read(path)?)
+}
+
+/// The GPU profiles compiled into the binary (the files in profiles/gpus).
+const BUILT_IN_GPUS: [(&str, &str); 14] = [
+    ("gtx1660ti", include_str!("../profiles/gpus/gtx1660ti.toml")),
+    ("rtx3060", include_str!("../profiles/gpus/rtx3060.toml")),
+    ("rtx3070", include_str!("../profiles/gpus/rtx3070.toml")),
+    ("rtx3090", include_str!("../profiles/gpus/rtx3090.toml")),
+    ("rtx4090", include_str!("../profiles/gpus/rtx4090.toml")),
+    ("t4", include_str!("../profiles/gpus/t4.toml")),
+    ("v100-16gb", include_str!("../profiles/gpus/v100-16gb.toml")),
+    ("v100-32gb", include_str!("../profiles/gpus/v100-32gb.toml")),
+    ("a10", include_str!("../profiles/gpus/a10.toml")),
+    ("l4", include_str!("../profiles/gpus/l4.toml")),
+    ("a100-40gb", include_str!("../profiles/gpus/a100-40gb.toml")),
+    ("a100-80gb", include_str!("../profiles/gpus/a100-80gb.toml")),
+    ("h100-80gb", include_str!("../profiles/gpus/h100-80gb.toml")),
+    ("h200", include_str!("../profiles/gpus/h200.toml")),
+];
+
+pub fn built_in_gpus() -> Result<Vec<GpuProfile>, ProfileError> {
+    BUILT_IN_GPUS.iter().map(|(id, text)| parse_gpu(&PathBuf::from(format!("profiles/gpus/{id}.toml")), text)).collect()
+}
+
+/// `--gpu`: a built-in id, `all`, or a path to a TOML file.
+pub fn resolve_gpus(spec: &str) -> Result<Vec<GpuProfile>, ProfileError> {
+    if spec == "all" {
+        return built_in_gpus();
+    }
+    if let Some((id, text)) = BUILT_IN_GPUS.iter().find(|(id, _)| *id == spec) {
+        return Ok(vec![parse_gpu(&PathBuf::from(format!("profiles/gpus/{id}.toml")), text)?]);
+    }
+    let path = Path::new(spec);
+    if path.exists() {
+        return Ok(vec![parse_gpu(path, &read(path)?)?]);
+    }
+    let known: Vec<&str> = BUILT_IN_GPUS.iter().map(|(id, _)| *id).collect();
+    Err(ProfileError {
+        path: path.to_path_buf(),
+        line: 0,
+        field: None,
+        message: format!("no such GPU profile; built in: {}, or all, or a path to a .toml file", known.join(", ")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "name = \"Test GPU\"\nmemory_bytes = 8589934592\ncontext_overhead_bytes = 536870912\noverhead_source = \"measured\"\nbf16 = true\n";
+
+    fn gpu_error(text: &str) -> String {
+        parse_gpu(Path::new("x.toml"), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_gpu_profile_parses() {
+        let g = parse_gpu(Path::new("profiles/gpus/test.toml"), GOOD).unwrap();
+        assert_eq!(
+            (g.id.as_str(), g.memory_bytes, g.context_overhead_bytes, g.bf16),
+            ("test", 8 << 30, 512 << 20, true)
+        );
+    }
+
+    #[test]
+    fn malformed_gpu_profiles_name_the_line_and_field() {
+        assert!(
+            gpu_error(&GOOD.replace("8589934592", "\"8GB\"")).starts_with("x.toml:2: field memory_bytes: invalid type")
+        );
+        assert_eq!(
+            gpu_error(&GOOD.replace("536870912", "-1")),
+            "x.toml:3: field context_overhead_bytes: -1 is not a valid byte count"
+        );
+        assert!(gpu_error(&GOOD.replace("bf16 = true\n", "")).contains("missing field `bf16`"));
+        assert!(gpu_error(&format!("{GOOD}colour = 1\n")).starts_with("x.toml:6: field colour: unknown field"));
+        assert!(gpu_error("name = \"x\nmemory").starts_with("x.toml:1:"));
+        assert!(gpu_error(&GOOD.replace("536870912", "9999999999")).contains("less than memory_bytes"));
+    }
+
+    #[test]
+    fn malformed_workload_profiles_name_the_line_and_field() {
+        let good = "model = \"resnet18\"\ninput = \"3x32x32\"\nclasses = 10\nmode = \"train\"\nprecision = \"fp32\"\noptimizer = \"sgd\"\nlr = 0.1\n";
+        let p = Path::new("w.toml");
+        assert_eq!(parse_workload(p, good).unwrap().input, vec![3, 32, 32]);
+        let e = |t: String| parse_workload(p, &t).unwrap_err().to_string();
+        assert!(e(good.replace("resnet18", "resnet19")).starts_with("w.toml:1: field model: unknown model"));
+        assert!(e(good.replace("3x32x32", "3x32")).starts_with("w.toml:2: field input:"));
+        assert_eq!(
+            e(good.replace("\"fp32\"", "\"bf16\"")),
+            "w.toml:5: field precision: 'bf16' is not supported yet: only fp32"
+        );
+        assert!(e(good.replace("0.1", "-0.1")).starts_with("w.toml:7: field lr:"));
+    }
+
+    #[test]
+    fn gpus_resolve_by_id_all_or_path() {
+        assert_eq!(resolve_gpus("rtx3070").unwrap()[0].memory_bytes, 8 << 30);
+        assert_eq!(resolve_gpus("all").unwrap().len(), 14);
+        assert!(resolve_gpus("rtx9999").unwrap_err().to_string().contains("built in: gtx1660ti"));
+    }
+}

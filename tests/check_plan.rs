@@ -1,0 +1,154 @@
+//! The pre-flight check's exit codes on real CPU runs, `plan` for GPUs you do
+//! not have, the profiles in profiles/, and `--device all` without a GPU.
+use std::path::Path;
+
+use assert_cmd::Command;
+use vramprobe::report::csv::PlanRow;
+
+fn vramprobe() -> Command {
+    Command::cargo_bin("vramprobe").unwrap()
+}
+
+const WORKLOAD: [&str; 8] = ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd"];
+
+#[test]
+fn check_exits_0_when_it_fits_and_3_when_it_does_not() {
+    let fits = vramprobe()
+        .arg("check")
+        .args(WORKLOAD)
+        .args(["--batch", "16", "--capacity", "185MiB", "--device", "cpu"])
+        .output()
+        .unwrap();
+    assert_eq!(fits.status.code(), Some(0), "{}", String::from_utf8_lossy(&fits.stderr));
+    let out = String::from_utf8_lossy(&fits.stdout);
+    assert!(out.starts_with("FITS: resnet18 3x32x32 at batch 16 on cpu: peak ") && out.contains("headroom"), "{out}");
+
+    let too_big = vramprobe()
+        .arg("check")
+        .args(WORKLOAD)
+        .args(["--batch", "400", "--capacity", "185MiB", "--device", "cpu", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(too_big.status.code(), Some(3), "{}", String::from_utf8_lossy(&too_big.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&too_big.stdout).unwrap();
+    assert_eq!(
+        (v["verdict"].as_str(), v["exit_code"].as_i64(), v["capacity_bytes"].as_u64()),
+        (Some("wont_fit"), Some(3), Some(185 << 20))
+    );
+    assert!(v["message"].as_str().unwrap().contains("out of memory"), "{v}");
+
+    let quiet = vramprobe()
+        .arg("check")
+        .args(WORKLOAD)
+        .args(["--batch", "400", "--capacity", "185MiB", "--device", "cpu", "--quiet"])
+        .output()
+        .unwrap();
+    assert_eq!(quiet.status.code(), Some(3));
+    assert!(quiet.stdout.is_empty());
+
+    let usage = vramprobe().args(["check", "--capacity", "1GiB"]).output().unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+}
+
+#[test]
+fn plan_predicts_gpus_and_its_rows_are_accepted_by_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let sweep = vramprobe()
+        .arg("sweep")
+        .args(WORKLOAD)
+        .args(["--device", "cpu", "--batches", "16,32,48", "--quiet", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(sweep.status.success(), "{}", String::from_utf8_lossy(&sweep.stderr));
+
+    let plan = vramprobe().args(["plan", "--gpu", "all", "--from"]).arg(run.join("report.json")).output().unwrap();
+    assert!(plan.status.success(), "{}", String::from_utf8_lossy(&plan.stderr));
+    let stdout = String::from_utf8_lossy(&plan.stdout);
+    assert!(stdout.contains("NVIDIA GeForce RTX 3070 (rtx3070)") && stdout.contains("predicted"), "{stdout}");
+    let rows: Vec<PlanRow> =
+        csv::Reader::from_path(run.join("plan-gpus.csv")).unwrap().deserialize().collect::<Result<_, _>>().unwrap();
+    assert_eq!(rows.len(), 14);
+    // The arithmetic: budget = memory - margin - the profile's overhead; max = (budget - fixed) / per sample.
+    for r in &rows {
+        let expected = ((r.budget_bytes as f64 - r.fixed_bytes.unwrap() as f64) / r.per_sample_bytes.unwrap() as f64)
+            .floor() as u64;
+        assert!(r.max_batch.abs_diff(expected) <= 1, "{}: {} vs {expected}", r.device_name, r.max_batch);
+        assert!(!r.recommended_verified && !r.exact && r.strategy == "predicted-from-cpu");
+    }
+    let bigger: Vec<u64> = rows.iter().map(|r| r.max_batch).collect();
+    assert!(bigger[11] > bigger[2], "an 80 GB A100 holds more than an 8 GB RTX 3070");
+
+    // check takes a plan row: the RTX 3070 prediction, on this CPU limited to 8 GiB.
+    let check = vramprobe()
+        .args(["check", "--row", "3", "--device", "cpu", "--capacity", "8GiB", "--plan"])
+        .arg(run.join("plan-gpus.csv"))
+        .output()
+        .unwrap();
+    assert!(matches!(check.status.code(), Some(0) | Some(3)), "{}", String::from_utf8_lossy(&check.stderr));
+
+    let bad = vramprobe().args(["plan", "--gpu", "rtx9999", "--from"]).arg(run.join("report.json")).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no such GPU profile"));
+}
+
+fn toml_files(dir: &str) -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_profile_file_parses_and_every_gpu_is_built_in() {
+    let gpus = toml_files("profiles/gpus");
+    assert!(gpus.len() >= 14);
+    let built_in = vramprobe::profile::built_in_gpus().unwrap();
+    for path in &gpus {
+        let g = vramprobe::profile::parse_gpu(path, &std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(built_in.iter().any(|b| b.id == g.id && b == &g), "{} is not compiled in", path.display());
+    }
+    for path in toml_files("profiles/models") {
+        vramprobe::profile::load_workload(&path).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn a_sweep_reads_a_workload_profile_and_reports_a_malformed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "model = \"resnet18\"\ninput = \"3x32x32\"\nclasses = 10\nmode = \"eval\"\nprecision = \"fp32\"\noptimizer = \"sgd\"\nlr = 0.1\n").unwrap();
+    let out = vramprobe().args(["sweep", "--profile"]).arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.toml:4: field mode: 'eval' is not supported yet"), "{stderr}");
+
+    let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/models/resnet18-cifar10.toml");
+    let run = dir.path().join("run");
+    let ok = vramprobe()
+        .args(["sweep", "--device", "cpu", "--batches", "2,4", "--quiet", "--profile"])
+        .arg(&profile)
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let plan = std::fs::read_to_string(run.join("plan.csv")).unwrap();
+    assert!(plan.lines().nth(1).unwrap().starts_with("1,resnet18,3x32x32,10,cpu,"), "{plan}");
+}
+
+#[test]
+fn device_all_without_a_gpu_says_so() {
+    if vramprobe::device::cuda::device_count() > 0 {
+        eprintln!("skipped: this machine has a CUDA device");
+        return;
+    }
+    let out = vramprobe().args(["sweep", "--model", "resnet18", "--device", "all"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--device all: no CUDA device found"));
+}
