@@ -31,24 +31,6 @@ pub fn alloc_conf_with_fraction(existing: Option<&str>, fraction: f64) -> String
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_smaller_gpu_is_a_fraction_of_the_allocator_net_of_the_context() {
-        let f = memory_fraction(8 << 30, 512 << 20, 80 << 30).unwrap();
-        assert!((f - 7.5 / 80.0).abs() < 1e-12);
-        assert!(memory_fraction(100 << 30, 0, 80 << 30).is_err());
-        assert!(memory_fraction(256 << 20, 512 << 20, 80 << 30).is_err());
-        assert_eq!(alloc_conf_with_fraction(None, 0.5), "per_process_memory_fraction:0.500000");
-        assert_eq!(
-            alloc_conf_with_fraction(Some("expandable_segments:True"), 0.25),
-            "expandable_segments:True,per_process_memory_fraction:0.250000"
-        );
-    }
-}
-
 /// How many CUDA devices libtorch sees (0 without a driver or GPU).
 pub fn device_count() -> usize {
     tch::Cuda::device_count().max(0) as usize
@@ -94,4 +76,22 @@ pub fn list() -> Vec<DeviceInfo> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_smaller_gpu_is_a_fraction_of_the_allocator_net_of_the_context() {
+        let f = memory_fraction(8 << 30, 512 << 20, 80 << 30).unwrap();
+        assert!((f - 7.5 / 80.0).abs() < 1e-12);
+        assert!(memory_fraction(100 << 30, 0, 80 << 30).is_err());
+        assert!(memory_fraction(256 << 20, 512 << 20, 80 << 30).is_err());
+        assert_eq!(alloc_conf_with_fraction(None, 0.5), "per_process_memory_fraction:0.500000");
+        assert_eq!(
+            alloc_conf_with_fraction(Some("expandable_segments:True"), 0.25),
+            "expandable_segments:True,per_process_memory_fraction:0.250000"
+        );
+    }
 }
