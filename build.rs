@@ -8,6 +8,10 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/vramprobe_shim.cpp");
     println!("cargo:rerun-if-changed=csrc/vramprobe_shim.h");
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
+    println!("cargo:rerun-if-env-changed=VRAMPROBE_TCH_VERSION");
+    // Recorded in report.json; scripts/build-gpu-kit sets 0.24.
+    let tch = env::var("VRAMPROBE_TCH_VERSION").unwrap_or_else(|_| "0.26".into());
+    println!("cargo:rustc-env=VRAMPROBE_TCH_VERSION={tch}");
 
     let Some(lib_dir) = env::var_os("DEP_TCH_LIBTORCH_LIB").map(PathBuf::from) else {
         panic!("torch-sys did not report its libtorch lib dir (DEP_TCH_LIBTORCH_LIB); run ./scripts/vramprobe or source scripts/env.sh first");

@@ -10,7 +10,7 @@
 #                       print(os.path.dirname(torch.__file__))')
 #   VRAMPROBE_PYTHON    python used to create the cache's virtualenv (python3)
 
-VRAMPROBE_TORCH_VERSION=2.13.0
+VRAMPROBE_TORCH_VERSION="${VRAMPROBE_TORCH_VERSION:-2.13.0}"
 
 _vp_fail() {
   echo "vramprobe bootstrap: $*" >&2

@@ -28,5 +28,6 @@ pub mod units;
 pub mod whatif;
 pub mod workload;
 
-/// The tch release this build uses (tch pins its libtorch version).
-pub const TCH_VERSION: &str = "0.26";
+/// The tch release this build uses (tch pins its libtorch version); the GPU
+/// kit builds with 0.24 for torch 2.11 (scripts/build-gpu-kit).
+pub const TCH_VERSION: &str = env!("VRAMPROBE_TCH_VERSION");

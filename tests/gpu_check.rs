@@ -1,0 +1,37 @@
+//! The GPU validation kit's script, dry-run on the CPU (every step but the
+//! GPU-only parity), so that it works the day a GPU is lent.
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn the_gpu_check_script_dry_runs_on_the_cpu() {
+    let Ok(libtorch) = std::env::var("LIBTORCH") else {
+        eprintln!("skipped: LIBTORCH is not set (run through ./scripts/test)");
+        return;
+    };
+    let python = PathBuf::from(libtorch).join("../../../../bin/python");
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gpu-check"))
+        .env("DRY_RUN", "1")
+        .env("VRAMPROBE_BIN", env!("CARGO_BIN_EXE_vramprobe"))
+        .env("VRAMPROBE_CHECK_PYTHON", &python)
+        .env("OUT", out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap();
+    for step in [
+        "| devices | 0 | ok",
+        "| sweep-whole | 0 | ok",
+        "| sweep-8gib | 0 | ok",
+        "| check-recommended | 0 | ok",
+        "| check-twice | 3 | ok",
+        "| train-backoff | 0 | ok",
+    ] {
+        assert!(summary.contains(step), "missing '{step}' in:\n{summary}");
+    }
+    assert!(summary.contains("unexpected results: 0"), "{summary}");
+    assert!(out.path().join("sweep-whole/report.json").exists());
+}
