@@ -1,6 +1,7 @@
 //! The built-in models, by torchvision name, each with its default input and
 //! class count. Parameter counts equal torchvision's for the same name.
 mod inception;
+mod resnet;
 
 use tch::{nn, nn::ModuleT, vision, Tensor};
 
@@ -52,35 +53,35 @@ const MODELS: &[ModelSpec] = &[
         default_input: IMAGENET,
         default_classes: 1000,
         family: "ResNet",
-        build: |p, c| plain(vision::resnet::resnet18(p, c)),
+        build: |p, c| Box::new(resnet::resnet18(p, c)),
     },
     ModelSpec {
         name: "resnet34",
         default_input: IMAGENET,
         default_classes: 1000,
         family: "ResNet",
-        build: |p, c| plain(vision::resnet::resnet34(p, c)),
+        build: |p, c| Box::new(resnet::resnet34(p, c)),
     },
     ModelSpec {
         name: "resnet50",
         default_input: IMAGENET,
         default_classes: 1000,
         family: "ResNet",
-        build: |p, c| plain(vision::resnet::resnet50(p, c)),
+        build: |p, c| Box::new(resnet::resnet50(p, c)),
     },
     ModelSpec {
         name: "resnet101",
         default_input: IMAGENET,
         default_classes: 1000,
         family: "ResNet",
-        build: |p, c| plain(vision::resnet::resnet101(p, c)),
+        build: |p, c| Box::new(resnet::resnet101(p, c)),
     },
     ModelSpec {
         name: "resnet152",
         default_input: IMAGENET,
         default_classes: 1000,
         family: "ResNet",
-        build: |p, c| plain(vision::resnet::resnet152(p, c)),
+        build: |p, c| Box::new(resnet::resnet152(p, c)),
     },
     ModelSpec {
         name: "vgg11",
