@@ -181,6 +181,7 @@ fn accelerate_shrinks_by_a_tenth_and_never_grows() {
     assert_eq!((probes.len(), result.max_batch), (1, 128));
 }
 
+/// Prints every synthetic case's probes: for studying the search, not a check.
 #[test]
 #[ignore]
 fn print_suite() {
