@@ -30,15 +30,20 @@ fn basic_block(p: nn::Path, c_in: i64, c_out: i64, stride: i64) -> impl ModuleT 
     nn::func_t(move |xs, train| {
         let mut out = xs.apply(&conv1).apply_t(&bn1, train);
         let _ = out.relu_();
-        let mut out = out.apply(&conv2).apply_t(&bn2, train);
-        let identity = match &down {
-            Some(d) => xs.apply_t(d, train),
-            None => xs.shallow_clone(),
-        };
-        let _ = out.g_add_(&identity);
-        let _ = out.relu_();
-        out
+        let out = out.apply(&conv2).apply_t(&bn2, train);
+        add_identity_relu(out, xs, &down, train)
     })
+}
+
+/// How torchvision's blocks end: `out += identity` then ReLU, both in place.
+fn add_identity_relu(mut out: Tensor, xs: &Tensor, down: &Option<nn::SequentialT>, train: bool) -> Tensor {
+    let identity = match down {
+        Some(d) => xs.apply_t(d, train),
+        None => xs.shallow_clone(),
+    };
+    let _ = out.g_add_(&identity);
+    let _ = out.relu_();
+    out
 }
 
 /// torchvision's `Bottleneck` (the stride on the 3x3 convolution, as in v1.5).
@@ -56,14 +61,8 @@ fn bottleneck(p: nn::Path, c_in: i64, width: i64, stride: i64) -> impl ModuleT {
         let _ = out.relu_();
         let mut out = out.apply(&conv2).apply_t(&bn2, train);
         let _ = out.relu_();
-        let mut out = out.apply(&conv3).apply_t(&bn3, train);
-        let identity = match &down {
-            Some(d) => xs.apply_t(d, train),
-            None => xs.shallow_clone(),
-        };
-        let _ = out.g_add_(&identity);
-        let _ = out.relu_();
-        out
+        let out = out.apply(&conv3).apply_t(&bn3, train);
+        add_identity_relu(out, xs, &down, train)
     })
 }
 
