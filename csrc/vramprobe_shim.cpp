@@ -199,7 +199,7 @@ int vp_cpu_limit_install(int64_t limit_bytes, char *err, size_t err_len) {
   });
 }
 
-int64_t vp_cpu_limit_used(void) { return g_limit_used.load(); }
+
 
 int vp_tensor_add_(void *self, const void *other, double alpha, char *err, size_t err_len) {
   return guarded(err, err_len, [&] {

@@ -43,8 +43,7 @@ void vp_host_reset_peak(void);
  * allocator that throws c10::OutOfMemoryError past it, so an OOM happens
  * inside the op, as on a GPU. Allocations made before the call do not count. */
 int vp_cpu_limit_install(int64_t limit_bytes, char *err, size_t err_len);
-/* Bytes currently allocated through the limited allocator. */
-int64_t vp_cpu_limit_used(void);
+
 
 /* In-place tensor ops with the scalar factor PyTorch's optimizers use, which
  * tch does not expose; `tensor` arguments are tch's `at::Tensor *`. They run

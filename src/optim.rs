@@ -45,10 +45,6 @@ impl Optimizer {
         Optimizer { kind, lr, params, state, steps: 0, resume_at: None }
     }
 
-    pub fn steps(&self) -> i64 {
-        self.steps
-    }
-
     pub fn zero_grad(&mut self) -> Result<(), TchError> {
         for p in &mut self.params {
             shim::clear_grad(p).map_err(torch_err)?;

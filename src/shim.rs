@@ -34,7 +34,7 @@ extern "C" {
     fn vp_host_stats(out: *mut RawStat);
     fn vp_host_reset_peak();
     fn vp_cpu_limit_install(limit_bytes: i64, err: *mut c_char, len: usize) -> c_int;
-    fn vp_cpu_limit_used() -> i64;
+
     fn vp_tensor_add_(this: *mut c_void, other: *const c_void, alpha: f64, err: *mut c_char, len: usize) -> c_int;
     fn vp_tensor_addcmul_(
         this: *mut c_void,
@@ -170,12 +170,6 @@ pub fn cpu_limit_install(limit_bytes: u64) -> Result<(), ShimError> {
     let limit = i64::try_from(limit_bytes).map_err(|_| ShimError("the CPU limit is too large".into()))?;
     // SAFETY: plain call; errors come back through the buffer.
     call(|e, n| unsafe { vp_cpu_limit_install(limit, e, n) })
-}
-
-/// Bytes currently allocated under the CPU limit.
-pub fn cpu_limit_used() -> u64 {
-    // SAFETY: no arguments.
-    unsafe { vp_cpu_limit_used() }.max(0) as u64
 }
 
 /// `this += alpha * other`, in place, without autograd.

@@ -104,6 +104,15 @@ impl Cursor {
     }
 }
 
+/// "micro-batch 32 -> 16, accumulation 2 -> 4, effective batch 64 unchanged".
+fn batch_change(from: u64, to: u64, effective: u64) -> String {
+    format!(
+        "micro-batch {from} -> {to}, accumulation {} -> {}, effective batch {effective} unchanged",
+        effective.div_ceil(from),
+        effective.div_ceil(to)
+    )
+}
+
 fn status_line(quiet: bool, text: &str) {
     if quiet {
         return;
@@ -233,12 +242,7 @@ pub fn run(
                     } else {
                         format!("redoing step {} from its first micro-batch", cursor.step + 1)
                     };
-                    let msg = format!(
-                        "{e}: micro-batch {from} -> {micro}, accumulation {} -> {}, effective batch {} unchanged; {next}",
-                        accumulation(from),
-                        accumulation(micro),
-                        cfg.effective_batch
-                    );
+                    let msg = format!("{e}: {}; {next}", batch_change(from, micro, cfg.effective_batch));
                     event_line(cfg.quiet, &format!("back-off: {msg}"));
                     log.event(
                         cursor.step,
@@ -302,12 +306,7 @@ pub fn run(
                 let from = micro;
                 micro = (micro * 2).min(cfg.micro_batch);
                 stable_steps = 0;
-                let msg = format!(
-                    "{k} steps without an OOM: micro-batch {from} -> {micro}, accumulation {} -> {}, effective batch {} unchanged",
-                    accumulation(from),
-                    accumulation(micro),
-                    cfg.effective_batch
-                );
+                let msg = format!("{k} steps without an OOM: {}", batch_change(from, micro, cfg.effective_batch));
                 event_line(cfg.quiet, &format!("re-probe: {msg}"));
                 log.event(cursor.step, cursor.epoch, "reprobe", micro, accumulation(micro), cfg.effective_batch, &msg)?;
             }
