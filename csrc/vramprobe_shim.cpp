@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -12,6 +13,7 @@
 #include <c10/core/alignment.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/headeronly/version.h>
 
 #include <atomic>
@@ -226,6 +228,27 @@ int vp_tensor_addcdiv_(void *self, const void *t1, const void *t2, double value,
 
 int vp_tensor_clear_grad(void *self, char *err, size_t err_len) {
   return guarded(err, err_len, [&] { static_cast<at::Tensor *>(self)->mutable_grad().reset(); });
+}
+
+int vp_autocast_enter(int cuda, int bf16, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    const auto device = cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+    at::autocast::set_autocast_enabled(device, true);
+    at::autocast::set_autocast_dtype(device, bf16 ? at::kBFloat16 : at::kHalf);
+    at::autocast::increment_nesting();
+  });
+}
+
+int vp_autocast_exit(int cuda, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    const auto device = cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device, false);
+  });
+}
+
+int vp_jit_set_optimize(int on, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] { torch::jit::setGraphExecutorOptimize(on != 0); });
 }
 
 void vp_torch_version(int *major, int *minor, int *patch) {

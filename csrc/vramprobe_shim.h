@@ -54,6 +54,17 @@ int vp_tensor_addcdiv_(void *self, const void *t1, const void *t2, double value,
 /* Sets a tensor's gradient to None (PyTorch's zero_grad(set_to_none=True)). */
 int vp_tensor_clear_grad(void *self, char *err, size_t err_len);
 
+/* Mixed precision as torch.autocast does it: enter turns autocast on for the
+ * device type (cuda != 0: CUDA, else CPU) with float16 (bf16 == 0) or
+ * bfloat16, and counts the nesting; exit turns it off and, at the outermost
+ * level, clears the cache of casted weights. Thread-local, as in PyTorch. */
+int vp_autocast_enter(int cuda, int bf16, char *err, size_t err_len);
+int vp_autocast_exit(int cuda, char *err, size_t err_len);
+
+/* Turns the TorchScript graph executor's optimizations on or off. Off, a
+ * loaded model runs op by op as in eager PyTorch (same saved tensors). */
+int vp_jit_set_optimize(int on, char *err, size_t err_len);
+
 void vp_torch_version(int *major, int *minor, int *patch);
 
 #ifdef __cplusplus

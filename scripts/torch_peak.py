@@ -18,12 +18,20 @@ def main():
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default="adam")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16-amp", "bf16-amp"], default="fp32")
+    p.add_argument("--mode", choices=["train", "eval"], default="train")
     a = p.parse_args()
     shape = [int(d) for d in a.input.split("x")]
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         kwargs = {"init_weights": False} if a.model == "inception_v3" else {}
-        model = getattr(torchvision.models, a.model)(num_classes=a.classes, **kwargs).train()
+        model = getattr(torchvision.models, a.model)(num_classes=a.classes, **kwargs).train(a.mode == "train")
+        if a.precision == "bf16":
+            model = model.bfloat16()
         params = model.parameters()
+        amp = {"fp16-amp": torch.float16, "bf16-amp": torch.bfloat16}.get(a.precision)
+        # GradScaler's scale does not change memory; 1 never skips a step (as vramprobe's sweep).
+        scaler = torch.amp.GradScaler("cpu", init_scale=1.0) if a.precision == "fp16-amp" else None
+        dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32
         opt = {
             "sgd": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9),
             "adam": lambda: torch.optim.Adam(params, lr=1e-3),
@@ -31,16 +39,27 @@ def main():
         }[a.optimizer]()
         for step in range(a.steps):
             with record_function(f"vramprobe_step_{step}"):
-                x = torch.randn(a.batch, *shape)
+                x = torch.randn(a.batch, *shape, dtype=dtype)
                 y = torch.randint(0, a.classes, (a.batch,))
+                if a.mode == "eval":
+                    with torch.no_grad(), torch.autocast("cpu", dtype=amp or torch.bfloat16, enabled=amp is not None):
+                        out = model(x)
+                    del x, y, out
+                    continue
                 opt.zero_grad()
-                out = model(x)
-                logits = out.logits if hasattr(out, "logits") else out
-                loss = torch.nn.functional.cross_entropy(logits, y)
-                if getattr(out, "aux_logits", None) is not None:
-                    loss = loss + 0.4 * torch.nn.functional.cross_entropy(out.aux_logits, y)
-                loss.backward()
-                opt.step()
+                with torch.autocast("cpu", dtype=amp or torch.bfloat16, enabled=amp is not None):
+                    out = model(x)
+                    logits = out.logits if hasattr(out, "logits") else out
+                    loss = torch.nn.functional.cross_entropy(logits, y)
+                    if getattr(out, "aux_logits", None) is not None:
+                        loss = loss + 0.4 * torch.nn.functional.cross_entropy(out.aux_logits, y)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    opt.step()
                 del x, y, out, logits, loss
     # Kineto's raw events carry the allocator's reports: "[memory]" with the
     # bytes allocated (positive) or freed (negative).

@@ -8,6 +8,7 @@ use crate::device::Device;
 use crate::fit::{Budget, LinearFit};
 use crate::record::Outcome;
 use crate::search::{SearchResult, StrategyKind};
+use crate::seqfit::{self, SeqFit};
 use crate::sweep::runner::TrialResult;
 
 /// GPU memory sizes people commonly plan for, in GiB.
@@ -202,6 +203,80 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         headroom_bytes,
         gpu_predictions,
         notes,
+    }
+}
+
+/// Several sequence lengths of one token model, side by side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeqSummary {
+    pub fit: Option<SeqFit>,
+    pub lengths: Vec<SeqRow>,
+    /// The most tokens (batch x length) a verified batch held, and at which length.
+    pub max_tokens: u64,
+    pub max_tokens_length: u64,
+    /// The longest length swept, and its recommended batch: what to train
+    /// with when sequence lengths vary (the longest batch decides an OOM).
+    pub longest_length: u64,
+    pub longest_recommended_batch: u64,
+}
+
+/// One length of a [`SeqSummary`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeqRow {
+    pub length: u64,
+    /// Verified by the search at this length.
+    pub max_batch: u64,
+    pub recommended_batch: u64,
+    /// What the two-dimensional fit allows at this length within the budget.
+    pub fit_max_batch: Option<u64>,
+    pub tokens: u64,
+}
+
+/// The (batch, length, peak) points behind each length's own line: its
+/// largest fitting batches, as many as that line used.
+pub fn seq_points(runs: &[(u64, &[TrialResult], &Analysis)]) -> Vec<seqfit::Point> {
+    let mut points = Vec::new();
+    for &(length, trials, a) in runs {
+        let Some(fit) = a.fit else { continue };
+        let mut fitting: Vec<(u64, u64)> = trials
+            .iter()
+            .filter(|t| t.outcome == Outcome::Fits)
+            .filter_map(|t| a.fit_basis.peak(t).map(|p| (t.batch, p)))
+            .collect();
+        fitting.sort_unstable();
+        fitting.dedup_by_key(|(b, _)| *b);
+        let skip = fitting.len().saturating_sub(fit.points);
+        points.extend(fitting[skip..].iter().map(|&(batch, peak)| seqfit::Point {
+            batch,
+            length,
+            peak_bytes: peak as f64,
+        }));
+    }
+    points
+}
+
+/// Combines the sweeps of one model at several lengths.
+pub fn seq_summary(runs: &[(u64, &[TrialResult], &Analysis)]) -> SeqSummary {
+    let fit = seqfit::fit(&seq_points(runs));
+    let lengths: Vec<SeqRow> = runs
+        .iter()
+        .map(|&(length, _, a)| SeqRow {
+            length,
+            max_batch: a.max_batch,
+            recommended_batch: a.recommended_batch,
+            fit_max_batch: fit.map(|f| f.max_batch_within(a.budget.budget_bytes, length)),
+            tokens: a.max_batch * length,
+        })
+        .collect();
+    let best = lengths.iter().max_by_key(|r| (r.tokens, r.length));
+    let longest = lengths.iter().max_by_key(|r| r.length);
+    SeqSummary {
+        fit,
+        max_tokens: best.map_or(0, |r| r.tokens),
+        max_tokens_length: best.map_or(0, |r| r.length),
+        longest_length: longest.map_or(0, |r| r.length),
+        longest_recommended_batch: longest.map_or(0, |r| r.recommended_batch),
+        lengths,
     }
 }
 

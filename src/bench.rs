@@ -175,6 +175,8 @@ impl RealOracle<'_> {
                 classes: 10,
                 optimizer: self.case.optimizer,
                 lr: 1e-3,
+                precision: Default::default(),
+                mode: Default::default(),
             },
             device: Device::Cpu,
             batch,

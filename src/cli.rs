@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::device::DeviceRequest;
+use crate::precision::{Mode, Precision};
 use crate::search::StrategyKind;
 use crate::units;
 use crate::workload::OptimizerKind;
@@ -63,12 +64,24 @@ pub enum Command {
 
 #[derive(Debug, Clone, Args)]
 pub struct WorkloadArgs {
-    /// Built-in model name (see `vramprobe models`).
+    /// Built-in model name (see `vramprobe models`), or a TorchScript file
+    /// (scripts/export_torchscript.py makes one from any nn.Module).
     #[arg(long)]
     pub model: Option<String>,
-    /// Input shape per sample, channels x height x width [default: the model's own].
+    /// Input shape per sample, channels x height x width [default: the model's own; required for a TorchScript file].
     #[arg(long, value_name = "CxHxW", value_parser = parse_input)]
     pub input: Option<InputShape>,
+    /// Tokens per sequence, for token models such as gpt2-small [default: the model's context].
+    #[arg(long, conflicts_with = "input", allow_hyphen_values = true, value_parser = parse_seq_len)]
+    pub seq_len: Option<i64>,
+    /// fp32, bf16 (the model in bfloat16), fp16-amp or bf16-amp (autocast; fp16 with loss scaling).
+    /// A sweep takes a list, e.g. fp32,bf16-amp: one row each [default: fp32].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub precision: Vec<Precision>,
+    /// train (forward, backward, optimizer step) or eval (forward without gradients,
+    /// for inference batch sizes). A sweep takes a list, e.g. train,eval [default: train].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub mode: Vec<Mode>,
     /// Number of classes [default: the model's own, 1000 for ImageNet models].
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_negative_numbers = true)]
     pub classes: Option<i64>,
@@ -95,6 +108,10 @@ pub struct SweepArgs {
     /// a peer's strategy to compare with.
     #[arg(long, value_enum, default_value_t = StrategyKind::Vramprobe)]
     pub strategy: StrategyKind,
+    /// Token models: sweep each of these sequence lengths and fit memory against
+    /// batch and length together, e.g. 128,256,512,1024.
+    #[arg(long, conflicts_with_all = ["seq_len", "input"], value_parser = parse_seq_lens)]
+    pub seq_lens: Option<SeqLens>,
     /// Run exactly these batch sizes instead of searching, e.g. 1,2,4,8.
     #[arg(long, allow_hyphen_values = true, value_parser = parse_batches, conflicts_with = "strategy")]
     pub batches: Option<Batches>,
@@ -283,6 +300,10 @@ pub struct TrialArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputShape(pub Vec<i64>);
 
+/// A parsed `--seq-lens` list (a newtype so clap treats it as one value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqLens(pub Vec<i64>);
+
 /// A parsed `--batches` list (a newtype so clap treats it as one value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batches(pub Vec<u64>);
@@ -293,6 +314,23 @@ fn parse_input(s: &str) -> Result<InputShape, String> {
 
 fn parse_batches(s: &str) -> Result<Batches, String> {
     units::parse_batches(s).map(Batches).map_err(|e| e.to_string())
+}
+
+fn parse_seq_len(s: &str) -> Result<i64, String> {
+    match s.trim().parse::<i64>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("invalid sequence length '{s}': expected a whole number of tokens, at least 1")),
+    }
+}
+
+fn parse_seq_lens(s: &str) -> Result<SeqLens, String> {
+    let mut lens = s.split(',').map(parse_seq_len).collect::<Result<Vec<_>, _>>()?;
+    lens.sort_unstable();
+    lens.dedup();
+    if lens.len() < 2 {
+        return Err(format!("invalid --seq-lens '{s}': give at least two lengths, e.g. 128,256,512"));
+    }
+    Ok(SeqLens(lens))
 }
 
 fn parse_batch(s: &str) -> Result<u64, String> {

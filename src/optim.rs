@@ -1,10 +1,13 @@
-//! The optimizers, written op for op as PyTorch's default single-tensor
-//! implementations (`torch.optim.SGD`, `Adam`, `AdamW` with `foreach=False`,
-//! which is PyTorch's default on the CPU), so that their memory, temporaries
-//! included, is PyTorch's. Their state is plain tensors, so checkpoints can
+//! The optimizers, written op for op as PyTorch's default implementations
+//! (`torch.optim.SGD`, `Adam`, `AdamW`): the single-tensor path on the CPU
+//! (PyTorch's default there) and, for Adam and AdamW on CUDA, the
+//! multi-tensor (`foreach`) path, which holds one temporary per parameter at
+//! once. So their memory, temporaries included, is PyTorch's. Their state is plain tensors, so checkpoints can
 //! hold it. Gradients are cleared to None between steps, as PyTorch's
 //! `zero_grad()` does by default.
-use tch::{nn, TchError, Tensor};
+use tch::{nn, Kind, TchError, Tensor};
+
+use crate::device::Device;
 
 use crate::shim;
 use crate::workload::OptimizerKind;
@@ -36,13 +39,37 @@ pub struct Optimizer {
     /// [`Optimizer::step`] finishes that step instead of starting a new one,
     /// so no parameter is updated twice.
     resume_at: Option<usize>,
+    /// PyTorch's multi-tensor path (Adam and AdamW on CUDA).
+    foreach: bool,
 }
 
 impl Optimizer {
-    pub fn new(kind: OptimizerKind, lr: f64, vs: &nn::VarStore) -> Optimizer {
+    pub fn new(kind: OptimizerKind, lr: f64, vs: &nn::VarStore, device: Device) -> Optimizer {
         let params = vs.trainable_variables();
         let state = params.iter().map(|_| ParamState::default()).collect();
-        Optimizer { kind, lr, params, state, steps: 0, resume_at: None }
+        // PyTorch picks foreach when every parameter is on CUDA; it changes
+        // memory only for Adam and AdamW (SGD's foreach path adds no temporaries).
+        let foreach = matches!(device, Device::Cuda(_)) && kind != OptimizerKind::Sgd;
+        Optimizer { kind, lr, params, state, steps: 0, resume_at: None, foreach }
+    }
+
+    /// Divides every gradient by the loss scale, in place (GradScaler's
+    /// unscale); false when any gradient is not finite (the step is skipped).
+    pub fn unscale_grads(&mut self, inv_scale: f64) -> Result<bool, TchError> {
+        let mut sums = Vec::new();
+        tch::no_grad(|| {
+            for p in &self.params {
+                let mut grad = p.grad();
+                if grad.defined() {
+                    let _ = grad.f_mul_scalar_(inv_scale)?;
+                    sums.push(grad.f_sum(Kind::Double)?);
+                }
+            }
+            if sums.is_empty() {
+                return Ok(true);
+            }
+            Ok(Tensor::f_stack(&sums, 0)?.f_sum(Kind::Double)?.f_double_value(&[])?.is_finite())
+        })
     }
 
     pub fn zero_grad(&mut self) -> Result<(), TchError> {
@@ -64,6 +91,12 @@ impl Optimizer {
             }
         };
         let t = self.steps as f64;
+        if self.foreach {
+            self.resume_at = Some(0);
+            self.foreach_adam(t)?;
+            self.resume_at = None;
+            return Ok(());
+        }
         let (kind, lr) = (self.kind, self.lr);
         let resume_at = &mut self.resume_at;
         tch::no_grad(|| {
@@ -80,6 +113,46 @@ impl Optimizer {
                 }
             }
             *resume_at = None;
+            Ok(())
+        })
+    }
+
+    /// `_multi_tensor_adam` (and AdamW's decay first): every temporary
+    /// (`exp_avg_sq_sqrt`, one per parameter) is allocated before anything is
+    /// modified, so an out-of-memory error leaves the step to be redone whole.
+    fn foreach_adam(&mut self, t: f64) -> Result<(), TchError> {
+        let (b1, b2) = BETAS;
+        let lr = self.lr;
+        let adamw = self.kind == OptimizerKind::Adamw;
+        tch::no_grad(|| {
+            let with_grad: Vec<usize> = (0..self.params.len()).filter(|&i| self.params[i].grad().defined()).collect();
+            for &i in &with_grad {
+                prepare_state(&self.params[i], &mut self.state[i])?;
+            }
+            let mut sqrt: Vec<Tensor> =
+                with_grad.iter().map(|&i| self.params[i].f_empty_like()).collect::<Result<_, _>>()?;
+            let missing = || TchError::Kind("Adam state missing".into());
+            let bias_correction2_sqrt = (1.0 - b2.powf(t)).sqrt();
+            let step_size = lr / (1.0 - b1.powf(t));
+            for (&i, denom) in with_grad.iter().zip(sqrt.iter_mut()) {
+                let p = &mut self.params[i];
+                let grad = p.grad();
+                let st = &mut self.state[i];
+                if adamw {
+                    let _ = p.f_mul_scalar_(1.0 - lr * ADAMW_WEIGHT_DECAY)?;
+                }
+                let _ = st.exp_avg.as_mut().ok_or_else(missing)?.f_lerp_(&grad, 1.0 - b1)?;
+                let exp_avg_sq = st.exp_avg_sq.as_mut().ok_or_else(missing)?;
+                let _ = exp_avg_sq.f_mul_scalar_(b2)?;
+                shim::addcmul_(exp_avg_sq, &grad, &grad, 1.0 - b2).map_err(torch_err)?;
+                let _ = exp_avg_sq.f_sqrt_out(denom)?;
+                let _ = denom.f_div_scalar_(bias_correction2_sqrt)?;
+                let _ = denom.f_add_scalar_(EPS)?;
+            }
+            for (&i, denom) in with_grad.iter().zip(&sqrt) {
+                let exp_avg = self.state[i].exp_avg.as_ref().ok_or_else(missing)?;
+                shim::addcdiv_(&mut self.params[i], exp_avg, denom, -step_size).map_err(torch_err)?;
+            }
             Ok(())
         })
     }
@@ -147,13 +220,19 @@ fn sgd(p: &mut Tensor, grad: &Tensor, st: &mut ParamState, lr: f64) -> Result<()
 /// so a retried step updates it exactly once. The peak is PyTorch's own: the
 /// two temporaries coexist there too.
 fn prepare_adam(p: &Tensor, st: &mut ParamState) -> Result<(), TchError> {
+    prepare_state(p, st)?;
+    let _room = (p.f_empty_like()?, p.f_empty_like()?);
+    Ok(())
+}
+
+/// Adam's state for `p` on its first step: both moments, zero.
+fn prepare_state(p: &Tensor, st: &mut ParamState) -> Result<(), TchError> {
     if st.exp_avg.is_none() {
         st.exp_avg = Some(p.f_zeros_like()?);
     }
     if st.exp_avg_sq.is_none() {
         st.exp_avg_sq = Some(p.f_zeros_like()?);
     }
-    let _room = (p.f_empty_like()?, p.f_empty_like()?);
     Ok(())
 }
 

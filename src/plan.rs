@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::device::DeviceRequest;
+use crate::precision::{Mode, Precision};
 use crate::report::csv::PLAN_SCHEMA_VERSION;
 use crate::units;
 use crate::workload::OptimizerKind;
@@ -34,6 +35,8 @@ pub struct PlanEntry {
     pub classes: i64,
     pub device: DeviceRequest,
     pub optimizer: OptimizerKind,
+    pub precision: Precision,
+    pub mode: Mode,
     pub recommended_batch: u64,
     /// The row's memory line, when it has one (optional columns).
     pub fixed_bytes: Option<i64>,
@@ -84,7 +87,7 @@ pub fn read(path: &Path) -> Result<Vec<PlanEntry>, PlanError> {
             ));
         }
         let model = field("model").to_string();
-        crate::model::find(&model).map_err(|e| err(line, Some("model"), e.to_string()))?;
+        crate::model::source(&model).map_err(|e| err(line, Some("model"), e.to_string()))?;
         let input = units::parse_input(field("input")).map_err(|e| err(line, Some("input"), e.to_string()))?;
         let classes: i64 = parse(field("classes")).filter(|&c| c >= 1).ok_or_else(|| {
             err(line, Some("classes"), format!("'{}' is not a positive whole number", field("classes")))
@@ -95,6 +98,18 @@ pub fn read(path: &Path) -> Result<Vec<PlanEntry>, PlanError> {
             "adam" => OptimizerKind::Adam,
             "adamw" => OptimizerKind::Adamw,
             other => return Err(err(line, Some("optimizer"), format!("'{other}' is not one of sgd, adam, adamw"))),
+        };
+        // Optional columns (plans from before mixed precision lack them).
+        let precision = match field("precision") {
+            "" => Precision::Fp32,
+            text => Precision::parse(text).ok_or_else(|| {
+                err(line, Some("precision"), format!("'{text}' is not one of fp32, bf16, fp16-amp, bf16-amp"))
+            })?,
+        };
+        let mode = match field("mode") {
+            "" => Mode::Train,
+            text => Mode::parse(text)
+                .ok_or_else(|| err(line, Some("mode"), format!("'{text}' is not one of train, eval")))?,
         };
         let recommended_batch: u64 = parse(field("recommended_batch")).filter(|&b| b >= 1).ok_or_else(|| {
             err(
@@ -122,6 +137,8 @@ pub fn read(path: &Path) -> Result<Vec<PlanEntry>, PlanError> {
             classes,
             device,
             optimizer,
+            precision,
+            mode,
             recommended_batch,
             fixed_bytes,
             per_sample_bytes,

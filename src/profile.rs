@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::precision::{Mode, Precision};
 use crate::units;
 use crate::workload::OptimizerKind;
 
@@ -131,6 +132,8 @@ pub struct WorkloadProfile {
     pub classes: i64,
     pub optimizer: OptimizerKind,
     pub lr: f64,
+    pub precision: Precision,
+    pub mode: Mode,
 }
 
 pub fn parse_workload(path: &Path, text: &str) -> Result<WorkloadProfile, ProfileError> {
@@ -141,21 +144,20 @@ pub fn parse_workload(path: &Path, text: &str) -> Result<WorkloadProfile, Profil
         field: Some(name.into()),
         message,
     };
-    crate::model::find(raw.model.get_ref()).map_err(|e| err("model", &raw.model, e.to_string()))?;
+    crate::model::source(raw.model.get_ref()).map_err(|e| err("model", &raw.model, e.to_string()))?;
     let input = units::parse_input(raw.input.get_ref()).map_err(|e| err("input", &raw.input, e.to_string()))?;
     if *raw.classes.get_ref() < 1 {
         return Err(err("classes", &raw.classes, "must be at least 1".into()));
     }
-    if raw.mode.get_ref() != "train" {
-        return Err(err("mode", &raw.mode, format!("'{}' is not supported yet: only train", raw.mode.get_ref())));
-    }
-    if raw.precision.get_ref() != "fp32" {
-        return Err(err(
+    let mode = Mode::parse(raw.mode.get_ref())
+        .ok_or_else(|| err("mode", &raw.mode, format!("'{}' is not one of train, eval", raw.mode.get_ref())))?;
+    let precision = Precision::parse(raw.precision.get_ref()).ok_or_else(|| {
+        err(
             "precision",
             &raw.precision,
-            format!("'{}' is not supported yet: only fp32", raw.precision.get_ref()),
-        ));
-    }
+            format!("'{}' is not one of fp32, bf16, fp16-amp, bf16-amp", raw.precision.get_ref()),
+        )
+    })?;
     let optimizer = match raw.optimizer.get_ref().as_str() {
         "sgd" => OptimizerKind::Sgd,
         "adam" => OptimizerKind::Adam,
@@ -166,7 +168,15 @@ pub fn parse_workload(path: &Path, text: &str) -> Result<WorkloadProfile, Profil
     if !(lr.is_finite() && lr > 0.0) {
         return Err(err("lr", &raw.lr, "must be a positive number".into()));
     }
-    Ok(WorkloadProfile { model: raw.model.into_inner(), input, classes: *raw.classes.get_ref(), optimizer, lr })
+    Ok(WorkloadProfile {
+        model: raw.model.into_inner(),
+        input,
+        classes: *raw.classes.get_ref(),
+        optimizer,
+        lr,
+        precision,
+        mode,
+    })
 }
 
 /// Where a spanned value starts, whatever its type.
@@ -279,8 +289,8 @@ mod tests {
         assert!(e(good.replace("resnet18", "resnet19")).starts_with("w.toml:1: field model: unknown model"));
         assert!(e(good.replace("3x32x32", "3x32")).starts_with("w.toml:2: field input:"));
         assert_eq!(
-            e(good.replace("\"fp32\"", "\"bf16\"")),
-            "w.toml:5: field precision: 'bf16' is not supported yet: only fp32"
+            e(good.replace("\"fp32\"", "\"fp8\"")),
+            "w.toml:5: field precision: 'fp8' is not one of fp32, bf16, fp16-amp, bf16-amp"
         );
         assert!(e(good.replace("0.1", "-0.1")).starts_with("w.toml:7: field lr:"));
     }

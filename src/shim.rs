@@ -53,6 +53,9 @@ extern "C" {
         len: usize,
     ) -> c_int;
     fn vp_tensor_clear_grad(this: *mut c_void, err: *mut c_char, len: usize) -> c_int;
+    fn vp_autocast_enter(cuda: c_int, bf16: c_int, err: *mut c_char, len: usize) -> c_int;
+    fn vp_autocast_exit(cuda: c_int, err: *mut c_char, len: usize) -> c_int;
+    fn vp_jit_set_optimize(on: c_int, err: *mut c_char, len: usize) -> c_int;
     fn vp_torch_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int);
 }
 
@@ -198,6 +201,25 @@ pub fn clear_grad(this: &mut Tensor) -> Result<(), ShimError> {
     let a = this.as_mut_ptr() as *mut c_void;
     // SAFETY: a live tch tensor (`at::Tensor *`) for the call.
     call(|e, n| unsafe { vp_tensor_clear_grad(a, e, n) })
+}
+
+/// Turns autocast on for CUDA (`cuda`) or the CPU, in float16 or bfloat16,
+/// on the calling thread, as entering `torch.autocast` does.
+pub fn autocast_enter(cuda: bool, bf16: bool) -> Result<(), ShimError> {
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_autocast_enter(cuda as c_int, bf16 as c_int, e, n) })
+}
+
+/// Leaves an autocast region entered with [`autocast_enter`].
+pub fn autocast_exit(cuda: bool) -> Result<(), ShimError> {
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_autocast_exit(cuda as c_int, e, n) })
+}
+
+/// Turns TorchScript's graph optimizations on or off for this process.
+pub fn jit_set_optimize(on: bool) -> Result<(), ShimError> {
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_jit_set_optimize(on as c_int, e, n) })
 }
 
 /// The libtorch version this binary was built against, as "2.13.0".

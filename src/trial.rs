@@ -10,7 +10,6 @@ use anyhow::{Context, Result};
 
 use crate::device::probe::Probe;
 use crate::device::Device;
-use crate::model;
 use crate::record::{Message, Outcome, StepRecord};
 use crate::workload::{StepError, Workload, WorkloadConfig};
 
@@ -43,7 +42,6 @@ fn end(out: &mut impl Write, err: &StepError, failed_step: Option<u32>) -> Resul
 /// Runs the trial, writing its messages to `out`. Returns an error only when
 /// the records themselves cannot be written; step failures are outcomes.
 pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
-    let model_spec = model::find(&spec.workload.model)?;
     if let (Some(limit), Device::Cpu) = (spec.cpu_limit, spec.device) {
         crate::shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;
     }
@@ -51,10 +49,12 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     for note in notes {
         eprintln!("note: {note}");
     }
-    let mut workload = match Workload::new(model_spec, spec.workload.clone(), spec.device) {
+    let mut workload = match Workload::new(spec.workload.clone(), spec.device) {
         Ok(w) => w,
         Err(e) => return end(out, &e, None),
     };
+    // Memory is the same at any loss scale; at 1 no step is skipped.
+    workload.set_loss_scale(1.0);
     let (device_name, device_total_bytes) = probe.describe();
     emit(
         out,

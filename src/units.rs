@@ -37,7 +37,8 @@ pub fn parse_bytes(text: &str) -> Result<u64, UsageError> {
     Ok(bytes.round() as u64)
 }
 
-/// Parses an input shape such as `3x224x224` (channels x height x width).
+/// Parses an input shape: `3x224x224` (channels x height x width) for image
+/// models, or one number (the sequence length) for token models.
 pub fn parse_input(text: &str) -> Result<Vec<i64>, UsageError> {
     let bad = |why: &str| {
         UsageError::new(format!("invalid --input '{text}': {why} (expected dimensions joined by 'x', e.g. 3x224x224)"))
@@ -50,8 +51,8 @@ pub fn parse_input(text: &str) -> Result<Vec<i64>, UsageError> {
     if dims.iter().any(|&d| d <= 0) {
         return Err(bad("every dimension must be at least 1"));
     }
-    if dims.len() != 3 {
-        return Err(bad("image models take three dimensions"));
+    if dims.len() != 3 && dims.len() != 1 {
+        return Err(bad("image models take three dimensions, token models one (the sequence length)"));
     }
     Ok(dims)
 }

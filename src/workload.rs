@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, Reduction, Tensor};
 
 use crate::device::Device;
-use crate::model::{self, ModelSpec, Network};
+use crate::model::{self, InputKind, Network};
 use crate::optim::Optimizer;
+use crate::precision::{AutocastDtype, Mode, Precision};
+use crate::shim;
 
 /// The optimizers a sweep can train with, with PyTorch's default settings
 /// (SGD with momentum 0.9, the common training recipe).
@@ -136,6 +138,10 @@ pub struct WorkloadConfig {
     pub classes: i64,
     pub optimizer: OptimizerKind,
     pub lr: f64,
+    #[serde(default)]
+    pub precision: Precision,
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 /// Seconds spent in each phase of one step.
@@ -158,21 +164,84 @@ impl PhaseTimes {
 pub struct Workload {
     config: WorkloadConfig,
     device: Device,
+    input_kind: InputKind,
     vs: nn::VarStore,
     net: Box<dyn Network>,
     optimizer: Optimizer,
+    /// fp16-amp's dynamic loss scale (PyTorch's `GradScaler`).
+    scaler: Option<LossScaler>,
     /// Training mode (batch statistics, dropout); eval mode for checks and tests.
     train: bool,
 }
 
+/// PyTorch's `GradScaler` with its defaults: the loss is multiplied by the
+/// scale before backward, the gradients divided by it before the update; a
+/// step whose gradients are not finite is skipped and the scale halved; the
+/// scale doubles after 2000 good steps in a row.
+#[derive(Debug, Clone, Copy)]
+struct LossScaler {
+    scale: f64,
+    good_steps: u32,
+}
+
+impl LossScaler {
+    const INIT: f64 = 65536.0;
+    const GROWTH_INTERVAL: u32 = 2000;
+}
+
+/// An autocast region, left when dropped (as `with torch.autocast(...)`).
+struct Autocast {
+    cuda: bool,
+}
+
+impl Autocast {
+    fn enter(precision: Precision, device: Device) -> Result<Option<Autocast>, tch::TchError> {
+        let Some(dtype) = precision.autocast() else { return Ok(None) };
+        let cuda = matches!(device, Device::Cuda(_));
+        shim::autocast_enter(cuda, dtype == AutocastDtype::BFloat16).map_err(|e| tch::TchError::Torch(e.0))?;
+        Ok(Some(Autocast { cuda }))
+    }
+}
+
+impl Drop for Autocast {
+    fn drop(&mut self) {
+        // Leaving cannot fail in practice; a failure would leave autocast on,
+        // which the next region's enter resets.
+        let _ = shim::autocast_exit(self.cuda);
+    }
+}
+
 impl Workload {
-    pub fn new(spec: &ModelSpec, config: WorkloadConfig, device: Device) -> Result<Workload, StepError> {
+    pub fn new(config: WorkloadConfig, device: Device) -> Result<Workload, StepError> {
+        let name = config.model.clone();
+        let source =
+            model::source(&name).map_err(|e| StepError { oom: false, phase: Phase::Build, message: e.to_string() })?;
         guarded(Phase::Build, || {
-            let vs = nn::VarStore::new(device.tch());
-            let net = spec.build(&vs.root(), config.classes);
-            let optimizer = Optimizer::new(config.optimizer, config.lr, &vs);
-            Ok(Workload { config, device, vs, net, optimizer, train: true })
+            let mut vs = nn::VarStore::new(device.tch());
+            let net = source.build(&vs.root(), config.classes)?;
+            if config.precision == Precision::Bf16 {
+                vs.bfloat16();
+            }
+            let optimizer = Optimizer::new(config.optimizer, config.lr, &vs, device);
+            let scaler = (config.precision == Precision::Fp16Amp && config.mode == Mode::Train)
+                .then_some(LossScaler { scale: LossScaler::INIT, good_steps: 0 });
+            let train = config.mode == Mode::Train;
+            Ok(Workload { config, device, input_kind: source.input_kind(), vs, net, optimizer, scaler, train })
         })
+    }
+
+    /// Sets fp16-amp's loss scale (no effect in other precisions). The
+    /// scale does not change memory; a sweep starts it at 1 so that no step
+    /// overflows and is skipped: every measured step then holds the
+    /// optimizer state, as training does once GradScaler has settled.
+    pub fn set_loss_scale(&mut self, scale: f64) {
+        if let Some(s) = &mut self.scaler {
+            s.scale = scale;
+        }
+    }
+
+    pub fn config(&self) -> &WorkloadConfig {
+        &self.config
     }
 
     pub fn parameters(&self) -> i64 {
@@ -210,26 +279,65 @@ impl Workload {
     /// Runs one sample through the network (no gradients), to tell early
     /// whether the model can take the input shape at all.
     pub fn check_input(&self) -> Result<(), StepError> {
-        let mut shape = vec![1];
-        shape.extend_from_slice(&self.config.input);
-        guarded(Phase::Forward, || {
-            let xs = Tensor::f_zeros(shape.as_slice(), (Kind::Float, self.device.tch()))?;
-            tch::no_grad(|| drop(self.net.forward(&xs, false)));
-            Ok(())
-        })
+        let (xs, _) = self.random_batch(1)?;
+        guarded(Phase::Forward, || tch::no_grad(|| self.forward(&xs, false)).map(drop))
     }
 
-    /// Random inputs and labels of the workload's shape, made on the device.
+    /// The shape of the logits for one sample (eval mode, no gradients).
+    pub fn output_shape(&self) -> Result<Vec<i64>, StepError> {
+        let (xs, _) = self.random_batch(1)?;
+        guarded(Phase::Forward, || Ok(tch::no_grad(|| self.forward(&xs, false))?.logits.size()))
+    }
+
+    /// The input's float type: bfloat16 for a bfloat16 model, else float32
+    /// (autocast casts inside the ops).
+    fn input_float_kind(&self) -> Kind {
+        if self.config.precision == Precision::Bf16 {
+            Kind::BFloat16
+        } else {
+            Kind::Float
+        }
+    }
+
+    /// Random inputs and labels of the workload's shape, made on the device:
+    /// images and a class each, or token ids and the next token at each position.
     pub fn random_batch(&self, batch: u64) -> Result<(Tensor, Tensor), StepError> {
         let dev = self.device.tch();
         let mut shape = vec![batch as i64];
         shape.extend_from_slice(&self.config.input);
         guarded(Phase::Data, || {
-            let xs = Tensor::f_randn(shape.as_slice(), (Kind::Float, dev))?;
-            let ys = Tensor::f_randint(self.config.classes, [batch as i64], (Kind::Int64, dev))?;
+            let batch_out = match self.input_kind {
+                InputKind::Image => (
+                    Tensor::f_randn(shape.as_slice(), (self.input_float_kind(), dev))?,
+                    Tensor::f_randint(self.config.classes, [batch as i64], (Kind::Int64, dev))?,
+                ),
+                InputKind::Tokens => (
+                    Tensor::f_randint(self.config.classes, shape.as_slice(), (Kind::Int64, dev))?,
+                    Tensor::f_randint(self.config.classes, shape.as_slice(), (Kind::Int64, dev))?,
+                ),
+            };
             self.sync()?;
-            Ok((xs, ys))
+            Ok(batch_out)
         })
+    }
+
+    /// The forward pass, inside an autocast region for the mixed-precision modes.
+    fn forward(&self, xs: &Tensor, train: bool) -> Result<model::Outputs, tch::TchError> {
+        let _autocast = Autocast::enter(self.config.precision, self.device)?;
+        self.net.forward(xs, train)
+    }
+
+    /// Cross-entropy of logits against labels; for token models over every
+    /// position (logits flattened to (batch x length) x vocabulary).
+    fn loss_of(&self, logits: &Tensor, ys: &Tensor) -> Result<Tensor, tch::TchError> {
+        let ce = |l: &Tensor, y: &Tensor| l.f_cross_entropy_loss::<Tensor>(y, None, Reduction::Mean, -100, 0.0);
+        match self.input_kind {
+            InputKind::Image => ce(logits, ys),
+            InputKind::Tokens => {
+                let vocab = logits.size().last().copied().unwrap_or(1);
+                ce(&logits.f_view([-1, vocab])?, &ys.f_view([-1])?)
+            }
+        }
     }
 
     /// Clears the gradients to None, as PyTorch's `zero_grad()` does.
@@ -244,17 +352,20 @@ impl Workload {
     pub fn forward_backward(&mut self, xs: &Tensor, ys: &Tensor, scale: f64) -> Result<(f64, f64, f64), StepError> {
         let t0 = Instant::now();
         let loss = guarded(Phase::Forward, || {
-            let out = self.net.forward(xs, self.train);
-            let ce = |logits: &Tensor| logits.f_cross_entropy_loss::<Tensor>(ys, None, Reduction::Mean, -100, 0.0);
-            let mut loss = ce(&out.logits)?;
+            // The loss is computed inside the autocast region, as in PyTorch's AMP recipe.
+            let _autocast = Autocast::enter(self.config.precision, self.device)?;
+            let out = self.net.forward(xs, self.train)?;
+            let mut loss = self.loss_of(&out.logits, ys)?;
             if let Some(aux) = &out.aux {
                 // torchvision's reference recipe weights the auxiliary loss by 0.4.
-                loss = loss.f_add(&ce(aux)?.f_mul_scalar(0.4)?)?;
+                loss = loss.f_add(&self.loss_of(aux, ys)?.f_mul_scalar(0.4)?)?;
             }
+            drop(_autocast);
             self.sync()?;
             Ok(loss)
         })?;
         let t1 = Instant::now();
+        let scale = scale * self.scaler.map_or(1.0, |s| s.scale);
         let value = guarded(Phase::Backward, || {
             let scaled = if scale == 1.0 { loss.shallow_clone() } else { loss.f_mul_scalar(scale)? };
             scaled.f_backward()?;
@@ -269,14 +380,50 @@ impl Workload {
     pub fn optimizer_step(&mut self) -> Result<f64, StepError> {
         let t0 = Instant::now();
         guarded(Phase::Optimizer, || {
-            self.optimizer.step()?;
+            let finite = match &mut self.scaler {
+                Some(scaler) => {
+                    let finite = self.optimizer.unscale_grads(1.0 / scaler.scale)?;
+                    if !finite {
+                        scaler.scale /= 2.0;
+                        scaler.good_steps = 0;
+                    } else {
+                        scaler.good_steps += 1;
+                        if scaler.good_steps == LossScaler::GROWTH_INTERVAL {
+                            scaler.scale *= 2.0;
+                            scaler.good_steps = 0;
+                        }
+                    }
+                    finite
+                }
+                None => true,
+            };
+            if finite {
+                self.optimizer.step()?;
+            }
             self.sync()
         })?;
         Ok(t0.elapsed().as_secs_f64())
     }
 
-    /// One full training step on random data at `batch`: what a sweep trial runs.
+    /// One inference pass at `batch`: eval mode, no gradients, nothing kept.
+    fn eval_step(&mut self, batch: u64) -> Result<PhaseTimes, StepError> {
+        let t0 = Instant::now();
+        let (xs, _) = self.random_batch(batch)?;
+        let data = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        guarded(Phase::Forward, || {
+            tch::no_grad(|| self.forward(&xs, false))?;
+            self.sync()
+        })?;
+        Ok(PhaseTimes { data, forward: t1.elapsed().as_secs_f64(), ..PhaseTimes::default() })
+    }
+
+    /// One full step on random data at `batch`: what a sweep trial runs
+    /// (a training step, or an inference pass in eval mode).
     pub fn step(&mut self, batch: u64) -> Result<PhaseTimes, StepError> {
+        if self.config.mode == Mode::Eval {
+            return self.eval_step(batch);
+        }
         let t0 = Instant::now();
         let (xs, ys) = self.random_batch(batch)?;
         let data = t0.elapsed().as_secs_f64();

@@ -2,7 +2,6 @@
 //! tracker's counters are process-wide, so checks must not run in parallel.
 use tch::{Device, Kind, Tensor};
 use vramprobe::device::probe::Probe;
-use vramprobe::model;
 use vramprobe::shim;
 use vramprobe::workload::{OptimizerKind, Workload, WorkloadConfig};
 
@@ -31,10 +30,11 @@ fn host_tracking_counts_exact_bytes() {
         classes: 1000,
         optimizer: OptimizerKind::Adam,
         lr: 1e-3,
+        precision: Default::default(),
+        mode: Default::default(),
     };
-    let spec = model::find("resnet18").unwrap();
     let before = probe.current_bytes();
-    let mut workload = Workload::new(spec, config, vramprobe::device::Device::Cpu).unwrap();
+    let mut workload = Workload::new(config, vramprobe::device::Device::Cpu).unwrap();
     assert_eq!(workload.parameters(), 11_689_512);
     assert_eq!(workload.parameter_bytes(), 46_758_048);
     assert_eq!(probe.current_bytes() - before, 46_796_448);

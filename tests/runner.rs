@@ -29,6 +29,8 @@ fn spec() -> TrialSpec {
             classes: 10,
             optimizer: OptimizerKind::Adam,
             lr: 1e-3,
+            precision: Default::default(),
+            mode: Default::default(),
         },
         device: Device::Cpu,
         batch: 8,

@@ -33,8 +33,10 @@ fn workload(seed: i64) -> Workload {
         classes: 10,
         optimizer: OptimizerKind::Sgd,
         lr: 0.1,
+        precision: Default::default(),
+        mode: Default::default(),
     };
-    let mut w = Workload::new(model::find("resnet18").unwrap(), config, Device::Cpu).unwrap();
+    let mut w = Workload::new(config, Device::Cpu).unwrap();
     // Eval mode: batch statistics would differ between a batch and its parts.
     w.set_train(false);
     w

@@ -58,6 +58,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
                 classes: entry.classes,
                 optimizer: entry.optimizer,
                 lr: args.workload.lr.unwrap_or(1e-3),
+                precision: entry.precision,
+                mode: entry.mode,
             };
             (config, entry.recommended_batch, Some(entry.device), fit)
         }

@@ -23,7 +23,7 @@ pub fn models(args: ListArgs) -> Result<i32> {
         .map(|m| ModelLine {
             name: m.name,
             family: m.family,
-            input: format_input(&m.default_input),
+            input: format_input(m.default_input),
             classes: m.default_classes,
             parameters: m.parameter_count(m.default_classes),
         })

@@ -12,6 +12,7 @@ use anyhow::Result;
 use crate::cli::{Cli, Command, SweepArgs, WorkloadArgs};
 use crate::error::UsageError;
 use crate::model;
+use crate::precision::{Mode, Precision};
 use crate::profile;
 use crate::workload::{OptimizerKind, WorkloadConfig};
 
@@ -29,36 +30,182 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-/// Resolves the model name and fills in its defaults.
-fn workload_config(args: &WorkloadArgs) -> Result<WorkloadConfig> {
-    let name = args.model.as_deref().ok_or_else(|| UsageError::new("--model is required"))?;
-    let spec = model::find(name)?;
+/// The workload given by `args` (and a `--profile` preset's values, which
+/// the options override), before precision, mode and length are chosen.
+#[derive(Clone)]
+struct Base {
+    model: String,
+    input: Option<Vec<i64>>,
+    classes: Option<i64>,
+    optimizer: OptimizerKind,
+    lr: f64,
+}
+
+fn base(args: &WorkloadArgs, preset: Option<profile::WorkloadProfile>) -> Result<Base> {
+    let model = match (&args.model, &preset) {
+        (Some(m), _) => m.clone(),
+        (None, Some(p)) => p.model.clone(),
+        (None, None) => return Err(UsageError::new("--model is required").into()),
+    };
+    let input = args.input.clone().map(|i| i.0).or_else(|| args.seq_len.map(|t| vec![t]));
+    let mut base = Base {
+        input: input.or_else(|| preset.as_ref().map(|p| p.input.clone())),
+        classes: args.classes.or(preset.as_ref().map(|p| p.classes)),
+        optimizer: args.optimizer.or(preset.as_ref().map(|p| p.optimizer)).unwrap_or(OptimizerKind::Adam),
+        lr: args.lr.or(preset.as_ref().map(|p| p.lr)).unwrap_or(DEFAULT_LR),
+        model,
+    };
+    // A TorchScript model's classes are read from it once, for every variant.
+    if let (model::Source::TorchScript(_), None, Some(input)) = (model::source(&base.model)?, base.classes, &base.input)
+    {
+        if input.len() == 3 {
+            base.classes = Some(torchscript_classes(&base.model, input)?);
+        }
+    }
+    Ok(base)
+}
+
+/// Checks the input against the model's kind and fills in the model's
+/// defaults; a TorchScript file's classes come from its output.
+fn resolve(base: &Base, precision: Precision, mode: Mode) -> Result<WorkloadConfig> {
+    let source = model::source(&base.model)?;
+    let (input, classes) = match source {
+        model::Source::BuiltIn(spec) => {
+            let input = base.input.clone().unwrap_or_else(|| spec.default_input.to_vec());
+            match (spec.input_kind, input.len()) {
+                (model::InputKind::Image, 3) | (model::InputKind::Tokens, 1) => {}
+                (model::InputKind::Image, _) => {
+                    return Err(UsageError::new(format!(
+                        "{} is an image model: give --input as CxHxW, e.g. 3x224x224 (--seq-len is for token models)",
+                        spec.name
+                    ))
+                    .into())
+                }
+                (model::InputKind::Tokens, _) => {
+                    return Err(UsageError::new(format!(
+                        "{} is a token model: give --seq-len (tokens per sequence), not an image shape",
+                        spec.name
+                    ))
+                    .into())
+                }
+            }
+            if spec.input_kind == model::InputKind::Tokens && input[0] > spec.default_input[0] {
+                return Err(UsageError::new(format!(
+                    "--seq-len {} is longer than {}'s context of {} tokens",
+                    input[0], spec.name, spec.default_input[0]
+                ))
+                .into());
+            }
+            (input, base.classes.unwrap_or(spec.default_classes))
+        }
+        model::Source::TorchScript(path) => {
+            let input = base.input.clone().filter(|i| i.len() == 3).ok_or_else(|| {
+                UsageError::new(format!(
+                    "--input CxHxW is required for a TorchScript model ({}): the file does not say its input shape",
+                    path.display()
+                ))
+            })?;
+            let classes = match base.classes {
+                Some(c) => c,
+                None => torchscript_classes(&base.model, &input)?,
+            };
+            (input, classes)
+        }
+    };
     Ok(WorkloadConfig {
-        model: spec.name.to_string(),
-        input: args.input.clone().map_or_else(|| spec.default_input.to_vec(), |i| i.0),
-        classes: args.classes.unwrap_or(spec.default_classes),
-        optimizer: args.optimizer.unwrap_or(OptimizerKind::Adam),
-        lr: args.lr.unwrap_or(DEFAULT_LR),
+        model: base.model.clone(),
+        input,
+        classes,
+        optimizer: base.optimizer,
+        lr: base.lr,
+        precision,
+        mode,
     })
+}
+
+/// A TorchScript model's class count: the last dimension of its output for
+/// one sample, run here on the CPU (which also proves the file loads).
+fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
+    let config = WorkloadConfig {
+        model: model.to_string(),
+        input: input.to_vec(),
+        classes: 1,
+        optimizer: OptimizerKind::Sgd,
+        lr: DEFAULT_LR,
+        precision: Precision::Fp32,
+        mode: Mode::Eval,
+    };
+    let not_a_model = |e: crate::workload::StepError| {
+        UsageError::new(format!("--model {model}: not a usable TorchScript model ({})", e.message))
+    };
+    let workload = crate::workload::Workload::new(config, crate::device::Device::Cpu).map_err(not_a_model)?;
+    let shape = workload.output_shape().map_err(not_a_model)?;
+    match shape.as_slice() {
+        [1, classes] if *classes >= 1 => Ok(*classes),
+        other => Err(UsageError::new(format!(
+            "--model {model}: its output for one sample has shape {other:?}, not [1, classes]; give --classes"
+        ))
+        .into()),
+    }
+}
+
+/// One workload (check, trial): at most one precision and mode.
+fn workload_config(args: &WorkloadArgs) -> Result<WorkloadConfig> {
+    let (precision, mode) = (single(&args.precision, "--precision")?, single(&args.mode, "--mode")?);
+    resolve(&base(args, None)?, precision.unwrap_or_default(), mode.unwrap_or_default())
+}
+
+fn single<T: Copy>(values: &[T], option: &str) -> Result<Option<T>, UsageError> {
+    match values {
+        [] => Ok(None),
+        [one] => Ok(Some(*one)),
+        _ => Err(UsageError::new(format!("{option} takes one value here (a list is for sweep)"))),
+    }
 }
 
 const DEFAULT_LR: f64 = 1e-3;
 
-/// The sweep's workload: a `--profile` preset, with any option given on the
-/// command line taking precedence.
-fn sweep_workload(args: &SweepArgs) -> Result<WorkloadConfig> {
-    let Some(path) = &args.profile else {
-        return workload_config(&args.workload);
+/// The sweep's workloads, one per (precision, mode, sequence length): a
+/// `--profile` preset, with any option given on the command line taking
+/// precedence.
+fn sweep_workloads(args: &SweepArgs) -> Result<Vec<WorkloadConfig>> {
+    let preset = match &args.profile {
+        Some(path) => Some(profile::load_workload(path).map_err(|e| UsageError::new(e.to_string()))?),
+        None => None,
     };
-    let p = profile::load_workload(path).map_err(|e| UsageError::new(e.to_string()))?;
-    let w = &args.workload;
-    let model = w.model.clone().unwrap_or(p.model.clone());
-    let spec = model::find(&model)?;
-    Ok(WorkloadConfig {
-        model: spec.name.to_string(),
-        input: w.input.clone().map_or(p.input, |i| i.0),
-        classes: w.classes.unwrap_or(p.classes),
-        optimizer: w.optimizer.unwrap_or(p.optimizer),
-        lr: w.lr.unwrap_or(p.lr),
-    })
+    let precisions = match (&args.workload.precision[..], &preset) {
+        ([], Some(p)) => vec![p.precision],
+        ([], None) => vec![Precision::Fp32],
+        (list, _) => dedup(list),
+    };
+    let modes = match (&args.workload.mode[..], &preset) {
+        ([], Some(p)) => vec![p.mode],
+        ([], None) => vec![Mode::Train],
+        (list, _) => dedup(list),
+    };
+    let base = base(&args.workload, preset)?;
+    let lengths: Vec<Option<i64>> = match &args.seq_lens {
+        Some(l) => l.0.iter().map(|&t| Some(t)).collect(),
+        None => vec![None],
+    };
+    let mut out = Vec::new();
+    for &precision in &precisions {
+        for &mode in &modes {
+            for &length in &lengths {
+                let base = Base { input: length.map(|t| vec![t]).or(base.input.clone()), ..base.clone() };
+                out.push(resolve(&base, precision, mode)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn dedup<T: Copy + PartialEq>(values: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for &v in values {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
 }

@@ -1,18 +1,23 @@
 //! `vramprobe sweep`: validate, run the sweep, print the summary.
 use std::time::Duration;
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{anyhow, Context, Result};
 
 use crate::cli::SweepArgs;
 use crate::device::{self, Device, DeviceRequest};
 
+use crate::analysis;
 use crate::environment;
 use crate::error::UsageError;
-use crate::output;
+use crate::model;
+use crate::output::{self, write_atomic};
 use crate::record::{Outcome, StepRecord};
-use crate::report::table;
+use crate::report::{self, table, Report};
 use crate::sweep::{self, runner::TrialResult, Plan, Progress, SweepConfig};
-use crate::units::human_bytes;
+use crate::units::{format_input, human_bytes};
+use crate::workload::WorkloadConfig;
 
 /// One line per trial on stderr; stdout is kept for the summary.
 struct Lines {
@@ -64,8 +69,66 @@ impl Progress for Prefixed {
     }
 }
 
+fn sweep_config(
+    args: &SweepArgs,
+    workload: &WorkloadConfig,
+    device: Device,
+    note: Option<String>,
+    dir: PathBuf,
+) -> Result<SweepConfig> {
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(SweepConfig {
+        workload: workload.clone(),
+        device,
+        plan: match &args.batches {
+            Some(b) => Plan::Batches(b.0.clone()),
+            None => Plan::Search(args.strategy),
+        },
+        max_batch: args.max_batch,
+        steps: args.verify_steps,
+        tolerance: args.tolerance,
+        trial_timeout: Duration::from_secs(args.trial_timeout),
+        capacity: args.capacity,
+        cuda_memory_fraction: match (device, args.capacity) {
+            (Device::Cuda(i), Some(c)) => Some(device::cuda::emulation_fraction(i, c).map_err(UsageError::new)?),
+            _ => None,
+        },
+        margin_fraction: args.margin,
+        multiple_of: args.multiple_of,
+        out_dir: dir,
+        command_line: std::env::args().collect(),
+        exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
+        notes: note.into_iter().collect(),
+    })
+}
+
+/// A folder name per variant, from what differs between them, e.g.
+/// `bf16-amp-eval` or `seq-512`.
+fn variant_labels(workloads: &[WorkloadConfig]) -> Vec<String> {
+    let varies = |f: &dyn Fn(&WorkloadConfig) -> String| workloads.iter().any(|w| f(w) != f(&workloads[0]));
+    let precision = varies(&|w| w.precision.name().into());
+    let mode = varies(&|w| w.mode.name().into());
+    let input = varies(&|w| format_input(&w.input));
+    workloads
+        .iter()
+        .map(|w| {
+            let mut parts = Vec::new();
+            if precision {
+                parts.push(w.precision.name().to_string());
+            }
+            if mode {
+                parts.push(w.mode.name().to_string());
+            }
+            if input {
+                parts.push(format!("seq-{}", format_input(&w.input)));
+            }
+            parts.join("-")
+        })
+        .collect()
+}
+
 pub fn run(args: SweepArgs) -> Result<i32> {
-    let workload = super::sweep_workload(&args)?;
+    let workloads = super::sweep_workloads(&args)?;
     if let (Some(b), Some(m)) = (&args.batches, args.max_batch) {
         if b.0.iter().any(|&x| x > m) {
             return Err(UsageError::new("--batches lists a batch above --max-batch").into());
@@ -75,38 +138,26 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         DeviceRequest::All => device::all_cuda()?.into_iter().map(|d| (d, None)).collect(),
         request => vec![device::resolve(request)?],
     };
+    if devices.len() > 1 && workloads.len() > 1 {
+        return Err(UsageError::new(
+            "--device all sweeps one precision, mode and length at a time; give a single value of each",
+        )
+        .into());
+    }
     let (_, stamp) = environment::utc_now();
-    let out_dir = output::prepare_out_dir(args.out.as_deref(), &workload.model, &stamp)?;
+    let out_dir = output::prepare_out_dir(args.out.as_deref(), &model::label(&workloads[0].model), &stamp)?;
+    if workloads.len() > 1 {
+        let (device, note) = devices.into_iter().next().ok_or_else(|| anyhow!("no device"))?;
+        return run_variants(&args, &workloads, device, note, &out_dir);
+    }
+    let workload = &workloads[0];
     let mut configs = Vec::new();
     for (device, note) in devices.iter().cloned() {
         if let Some(note) = &note {
             eprintln!("note: {note}");
         }
         let dir = if devices.len() > 1 { out_dir.join(device.to_string().replace(':', "-")) } else { out_dir.clone() };
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        configs.push(SweepConfig {
-            workload: workload.clone(),
-            device,
-            plan: match &args.batches {
-                Some(b) => Plan::Batches(b.0.clone()),
-                None => Plan::Search(args.strategy),
-            },
-            max_batch: args.max_batch,
-            steps: args.verify_steps,
-            tolerance: args.tolerance,
-            trial_timeout: Duration::from_secs(args.trial_timeout),
-            capacity: args.capacity,
-            cuda_memory_fraction: match (device, args.capacity) {
-                (Device::Cuda(i), Some(c)) => Some(device::cuda::emulation_fraction(i, c).map_err(UsageError::new)?),
-                _ => None,
-            },
-            margin_fraction: args.margin,
-            multiple_of: args.multiple_of,
-            out_dir: dir,
-            command_line: std::env::args().collect(),
-            exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
-            notes: note.into_iter().collect(),
-        });
+        configs.push(sweep_config(&args, workload, device, note, dir)?);
     }
     if configs.len() == 1 {
         let cfg = &configs[0];
@@ -150,6 +201,82 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         return Err(anyhow!("at least one device has no batch that fits"));
     }
     Ok(0)
+}
+
+/// Several (precision, mode, length) variants on one device, one after the
+/// other, each in its own folder; the combined plan.csv (one row each) is
+/// rewritten after every variant, so finished ones survive a later failure.
+fn run_variants(
+    args: &SweepArgs,
+    workloads: &[WorkloadConfig],
+    device: Device,
+    note: Option<String>,
+    out_dir: &Path,
+) -> Result<i32> {
+    if let Some(note) = &note {
+        eprintln!("note: {note}");
+    }
+    let labels = variant_labels(workloads);
+    let mut done: Vec<(String, Report)> = Vec::new();
+    let mut failed = Vec::new();
+    for (workload, label) in workloads.iter().zip(&labels) {
+        if !args.quiet {
+            eprintln!("== {label}: {} {} ==", workload.precision.name(), workload.mode.name());
+        }
+        let cfg = sweep_config(args, workload, device, note.clone(), out_dir.join(label))?;
+        match sweep::run(&cfg, &mut Lines { quiet: args.quiet }) {
+            Ok(report) => {
+                if !args.quiet {
+                    eprint!("{}", table::summary(&report));
+                }
+                done.push((label.clone(), report));
+            }
+            Err(e) => {
+                eprintln!("{label}: {e:#}");
+                failed.push(label.clone());
+            }
+        }
+        let reports: Vec<&Report> = done.iter().map(|(_, r)| r).collect();
+        write_atomic(&out_dir.join("plan.csv"), &report::csv::plan_csv_many(&reports)?)?;
+    }
+    let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
+    print!("{}", table::variants(&runs));
+    if args.seq_lens.is_some() {
+        let lengths: Vec<(u64, &[TrialResult], &analysis::Analysis)> = done
+            .iter()
+            .filter_map(|(_, r)| Some((r.workload.input[0] as u64, r.trials.as_slice(), r.analysis.as_ref()?)))
+            .collect();
+        let summary = analysis::seq_summary(&lengths);
+        print!("{}", table::seq_lengths(&summary));
+        write_atomic(&out_dir.join("seq-lens.json"), &report::json::to_pretty(&summary)?)?;
+    }
+    println!("Wrote {}: plan.csv (one row per variant) and one folder per variant", out_dir.display());
+    for (label, r) in &done {
+        if let Some(m) = r.analysis.as_ref().and_then(|a| unsupported(r, a)) {
+            println!("note: {label}: {m}");
+        }
+    }
+    if !failed.is_empty() {
+        return Err(anyhow!("the sweep failed for: {}", failed.join(", ")));
+    }
+    if done.iter().all(|(_, r)| r.analysis.as_ref().is_none_or(|a| a.max_batch == 0)) {
+        return Err(anyhow!("no variant has a batch that fits"));
+    }
+    Ok(0)
+}
+
+/// Why a variant has no result, when its trials failed with an error rather than an OOM.
+fn unsupported(r: &Report, a: &analysis::Analysis) -> Option<String> {
+    if a.max_batch > 0 {
+        return None;
+    }
+    let first = r.trials.iter().find(|t| t.outcome == Outcome::Error)?;
+    Some(format!(
+        "not supported here ({} on {}): {}",
+        r.workload.precision.name(),
+        r.device,
+        first.message.as_deref().unwrap_or("no message")
+    ))
 }
 
 /// The error for a model that does not fit even at the smallest batch, with the numbers.

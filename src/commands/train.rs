@@ -5,8 +5,8 @@ use crate::cli::TrainArgs;
 use crate::data::Dataset;
 use crate::device::{self, probe::Probe, Device};
 use crate::error::UsageError;
-use crate::model;
 use crate::plan;
+use crate::precision::Mode;
 use crate::train::{self, checkpoint, Length, TrainConfig};
 use crate::units::format_input;
 use crate::workload::{Workload, WorkloadConfig};
@@ -18,7 +18,14 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     let entries = plan::read(&args.plan).map_err(|e| UsageError::new(e.to_string()))?;
     let entry = plan::select(&args.plan, entries, args.row.map(|r| r as usize), args.model.as_deref())
         .map_err(|e| UsageError::new(e.to_string()))?;
-    let spec = model::find(&entry.model)?;
+    if entry.mode == Mode::Eval {
+        return Err(UsageError::new(format!(
+            "{}:{}: this row is an eval (inference) plan; train needs a row measured with --mode train",
+            args.plan.display(),
+            entry.line
+        ))
+        .into());
+    }
 
     let data = match &args.data {
         Some(dir) => Dataset::cifar(dir).map_err(|e| UsageError::new(e.to_string()))?,
@@ -61,18 +68,14 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         classes: entry.classes,
         optimizer: entry.optimizer,
         lr: args.lr,
+        precision: entry.precision,
+        mode: Mode::Train,
     };
     // The initial weights come from the seed too, so two runs are the same run.
     tch::manual_seed((args.seed & i64::MAX as u64) as i64);
-    let mut workload = Workload::new(spec, config, device).map_err(|e| anyhow!("building {}: {e}", entry.model))?;
+    let mut workload = Workload::new(config, device).map_err(|e| anyhow!("building {}: {e}", entry.model))?;
     workload.check_input().map_err(|e| {
-        UsageError::new(format!(
-            "{} cannot take {} inputs ({}); it needs inputs like its default {}",
-            entry.model,
-            format_input(&entry.input),
-            e.message,
-            format_input(&spec.default_input)
-        ))
+        UsageError::new(format!("{} cannot take {} inputs ({})", entry.model, format_input(&entry.input), e.message,))
     })?;
 
     let resume = match &args.resume {

@@ -3,7 +3,7 @@
 //! 3,326,696 of its 27,161,264 parameters. tch's zoo version has no auxiliary
 //! head, so this is tch's `vision::inception` (MIT/Apache-2.0) with the trunk
 //! split at Mixed_6e, where the auxiliary head branches off.
-use tch::{nn, nn::ModuleT, Tensor};
+use tch::{nn, nn::ModuleT, TchError, Tensor};
 
 use super::{Network, Outputs};
 
@@ -179,9 +179,9 @@ pub fn v3(p: &nn::Path, nclasses: i64) -> InceptionV3 {
 }
 
 impl Network for InceptionV3 {
-    fn forward(&self, xs: &Tensor, train: bool) -> Outputs {
+    fn forward(&self, xs: &Tensor, train: bool) -> Result<Outputs, TchError> {
         let mid = xs.apply_t(&self.to_mixed_6e, train);
         let aux = train.then(|| self.aux.forward_t(&mid, train));
-        Outputs { logits: mid.apply_t(&self.head, train), aux }
+        Ok(Outputs { logits: mid.apply_t(&self.head, train), aux })
     }
 }

@@ -1,11 +1,17 @@
-//! The built-in models, by torchvision name, each with its default input and
-//! class count. Parameter counts equal torchvision's for the same name.
+//! The models: built-in ones by torchvision (or nanoGPT) name, each with its
+//! default input and class count, and the user's own TorchScript files.
+//! Parameter counts equal torchvision's for the same name.
+mod gpt;
 mod inception;
 mod resnet;
+mod torchscript;
 
-use tch::{nn, nn::ModuleT, vision, Tensor};
+use std::path::Path;
+
+use tch::{nn, nn::ModuleT, vision, TchError, Tensor};
 
 use crate::error::UsageError;
+use gpt::{GptShape, GPT2_VOCAB};
 
 /// What a forward pass returns in training: the logits, plus auxiliary logits
 /// where the architecture trains with them (inception_v3).
@@ -16,7 +22,7 @@ pub struct Outputs {
 
 /// A trainable network.
 pub trait Network: std::fmt::Debug + Send {
-    fn forward(&self, xs: &Tensor, train: bool) -> Outputs;
+    fn forward(&self, xs: &Tensor, train: bool) -> Result<Outputs, TchError>;
 }
 
 /// A tch `ModuleT` with a single output.
@@ -24,8 +30,8 @@ pub trait Network: std::fmt::Debug + Send {
 struct Plain<M>(M);
 
 impl<M: ModuleT> Network for Plain<M> {
-    fn forward(&self, xs: &Tensor, train: bool) -> Outputs {
-        Outputs { logits: self.0.forward_t(xs, train), aux: None }
+    fn forward(&self, xs: &Tensor, train: bool) -> Result<Outputs, TchError> {
+        Ok(Outputs { logits: self.0.forward_t(xs, train), aux: None })
     }
 }
 
@@ -33,25 +39,37 @@ fn plain<M: ModuleT + 'static>(m: M) -> Box<dyn Network> {
     Box::new(Plain(m))
 }
 
+/// What a model reads: images (channels x height x width, float) or token
+/// ids (a sequence length; the classes are the vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    Image,
+    Tokens,
+}
+
 type Builder = fn(&nn::Path, i64) -> Box<dyn Network>;
 
 /// A registry entry.
 pub struct ModelSpec {
     pub name: &'static str,
-    /// Channels x height x width the model was designed for.
-    pub default_input: [i64; 3],
+    /// Channels x height x width the model was designed for, or its context length.
+    pub default_input: &'static [i64],
     pub default_classes: i64,
     pub family: &'static str,
+    pub input_kind: InputKind,
     build: Builder,
 }
 
-const IMAGENET: [i64; 3] = [3, 224, 224];
+const IMAGENET: &[i64] = &[3, 224, 224];
+/// GPT-2's context: the longest sequence, the default length.
+const GPT2_CONTEXT: &[i64] = &[1024];
 
 const MODELS: &[ModelSpec] = &[
     ModelSpec {
         name: "resnet18",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "ResNet",
         build: |p, c| Box::new(resnet::resnet18(p, c)),
     },
@@ -59,6 +77,7 @@ const MODELS: &[ModelSpec] = &[
         name: "resnet34",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "ResNet",
         build: |p, c| Box::new(resnet::resnet34(p, c)),
     },
@@ -66,6 +85,7 @@ const MODELS: &[ModelSpec] = &[
         name: "resnet50",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "ResNet",
         build: |p, c| Box::new(resnet::resnet50(p, c)),
     },
@@ -73,6 +93,7 @@ const MODELS: &[ModelSpec] = &[
         name: "resnet101",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "ResNet",
         build: |p, c| Box::new(resnet::resnet101(p, c)),
     },
@@ -80,6 +101,7 @@ const MODELS: &[ModelSpec] = &[
         name: "resnet152",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "ResNet",
         build: |p, c| Box::new(resnet::resnet152(p, c)),
     },
@@ -87,6 +109,7 @@ const MODELS: &[ModelSpec] = &[
         name: "vgg11",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "VGG",
         build: |p, c| plain(vision::vgg::vgg11(p, c)),
     },
@@ -94,6 +117,7 @@ const MODELS: &[ModelSpec] = &[
         name: "vgg16",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "VGG",
         build: |p, c| plain(vision::vgg::vgg16(p, c)),
     },
@@ -101,6 +125,7 @@ const MODELS: &[ModelSpec] = &[
         name: "vgg16_bn",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "VGG",
         build: |p, c| plain(vision::vgg::vgg16_bn(p, c)),
     },
@@ -108,6 +133,7 @@ const MODELS: &[ModelSpec] = &[
         name: "densenet121",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "DenseNet",
         build: |p, c| plain(vision::densenet::densenet121(p, c)),
     },
@@ -115,6 +141,7 @@ const MODELS: &[ModelSpec] = &[
         name: "mobilenet_v2",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "MobileNet",
         build: |p, c| plain(vision::mobilenet::v2(p, c)),
     },
@@ -122,6 +149,7 @@ const MODELS: &[ModelSpec] = &[
         name: "efficientnet_b0",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "EfficientNet",
         build: |p, c| plain(vision::efficientnet::b0(p, c)),
     },
@@ -129,6 +157,7 @@ const MODELS: &[ModelSpec] = &[
         name: "squeezenet1_1",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "SqueezeNet",
         build: |p, c| plain(vision::squeezenet::v1_1(p, c)),
     },
@@ -136,17 +165,134 @@ const MODELS: &[ModelSpec] = &[
         name: "alexnet",
         default_input: IMAGENET,
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "AlexNet",
         build: |p, c| plain(vision::alexnet::alexnet(p, c)),
     },
     ModelSpec {
         name: "inception_v3",
-        default_input: [3, 299, 299],
+        default_input: &[3, 299, 299],
         default_classes: 1000,
+        input_kind: InputKind::Image,
         family: "Inception",
         build: |p, c| Box::new(inception::v3(p, c)),
     },
+    ModelSpec {
+        name: "gpt2-small",
+        default_input: GPT2_CONTEXT,
+        default_classes: GPT2_VOCAB,
+        input_kind: InputKind::Tokens,
+        family: "GPT",
+        build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 12, heads: 12, width: 768, context: 1024 }, c)),
+    },
+    ModelSpec {
+        name: "gpt2-medium",
+        default_input: GPT2_CONTEXT,
+        default_classes: GPT2_VOCAB,
+        input_kind: InputKind::Tokens,
+        family: "GPT",
+        build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 24, heads: 16, width: 1024, context: 1024 }, c)),
+    },
+    ModelSpec {
+        name: "gpt2-large",
+        default_input: GPT2_CONTEXT,
+        default_classes: GPT2_VOCAB,
+        input_kind: InputKind::Tokens,
+        family: "GPT",
+        build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 36, heads: 20, width: 1280, context: 1024 }, c)),
+    },
+    ModelSpec {
+        name: "gpt2-xl",
+        default_input: GPT2_CONTEXT,
+        default_classes: GPT2_VOCAB,
+        input_kind: InputKind::Tokens,
+        family: "GPT",
+        build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 48, heads: 25, width: 1600, context: 1024 }, c)),
+    },
+    ModelSpec {
+        name: "gpt-mini",
+        default_input: GPT2_CONTEXT,
+        default_classes: GPT2_VOCAB,
+        input_kind: InputKind::Tokens,
+        family: "GPT",
+        build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 6, heads: 6, width: 192, context: 1024 }, c)),
+    },
+    ModelSpec {
+        name: "gpt-micro",
+        default_input: GPT2_CONTEXT,
+        default_classes: GPT2_VOCAB,
+        input_kind: InputKind::Tokens,
+        family: "GPT",
+        build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 4, heads: 4, width: 128, context: 1024 }, c)),
+    },
+    ModelSpec {
+        name: "gpt-nano",
+        default_input: GPT2_CONTEXT,
+        default_classes: GPT2_VOCAB,
+        input_kind: InputKind::Tokens,
+        family: "GPT",
+        build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 3, heads: 3, width: 48, context: 1024 }, c)),
+    },
 ];
+
+/// A model named on the command line.
+#[derive(Clone, Copy)]
+pub enum Source<'a> {
+    BuiltIn(&'static ModelSpec),
+    /// A TorchScript file (the name is a path).
+    TorchScript(&'a Path),
+}
+
+/// True when `--model` names a file rather than a built-in model.
+pub fn is_path(name: &str) -> bool {
+    name.contains(['/', '\\']) || [".pt", ".pth", ".ts", ".jit"].iter().any(|ext| name.ends_with(ext))
+}
+
+/// Resolves `--model`: a built-in name, or a path to an existing TorchScript file.
+pub fn source(name: &str) -> Result<Source<'_>, UsageError> {
+    if !is_path(name) {
+        return find(name).map(Source::BuiltIn);
+    }
+    let path = Path::new(name);
+    if !path.is_file() {
+        return Err(UsageError::new(format!(
+            "--model {name}: no such file (a TorchScript model file, or a built-in model name)"
+        )));
+    }
+    Ok(Source::TorchScript(path))
+}
+
+impl Source<'_> {
+    pub fn input_kind(&self) -> InputKind {
+        match self {
+            Source::BuiltIn(spec) => spec.input_kind,
+            Source::TorchScript(_) => InputKind::Image,
+        }
+    }
+
+    /// Builds the network's variables under `path` (on the path's device).
+    pub fn build(&self, path: &nn::Path, classes: i64) -> Result<Box<dyn Network>, TchError> {
+        match self {
+            Source::BuiltIn(spec) => Ok(spec.build(path, classes)),
+            Source::TorchScript(file) => Ok(Box::new(torchscript::load(file, path)?)),
+        }
+    }
+}
+
+/// A model's name for folder names: a built-in name, or a file's stem.
+pub fn label(name: &str) -> String {
+    if !is_path(name) {
+        return name.to_string();
+    }
+    let stem = Path::new(name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let clean: String =
+        stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    if clean.is_empty() {
+        "model".into()
+    } else {
+        clean
+    }
+}
 
 /// Every built-in model, in listing order.
 pub fn all() -> &'static [ModelSpec] {

@@ -2,7 +2,7 @@
 //! added in place, the same layer order (tch's zoo applies ReLU out of place,
 //! which keeps an extra activation per ReLU alive for backward: 9 to 14% more
 //! memory per step than PyTorch for resnet18, design.md fact 8).
-use tch::{nn, nn::ModuleT, Tensor};
+use tch::{nn, nn::ModuleT, TchError, Tensor};
 
 use super::{Network, Outputs};
 
@@ -109,10 +109,10 @@ fn resnet(p: &nn::Path, block: Block, counts: [i64; 4], classes: i64) -> ResNet 
 }
 
 impl Network for ResNet {
-    fn forward(&self, xs: &Tensor, train: bool) -> Outputs {
+    fn forward(&self, xs: &Tensor, train: bool) -> Result<Outputs, TchError> {
         let features = xs.apply_t(&self.stem, train).apply_t(&self.layers, train);
         let logits = features.adaptive_avg_pool2d([1, 1]).flatten(1, -1).apply(&self.fc);
-        Outputs { logits, aux: None }
+        Ok(Outputs { logits, aux: None })
     }
 }
 

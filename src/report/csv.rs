@@ -94,7 +94,7 @@ pub struct PlanRow {
     /// cpu or cuda:N.
     pub device: String,
     pub device_name: String,
-    /// train (eval comes later).
+    /// train or eval.
     pub mode: String,
     pub precision: String,
     pub optimizer: String,
@@ -132,8 +132,8 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
         classes: report.workload.classes,
         device: report.device.clone(),
         device_name: report.device_name.clone().unwrap_or_default(),
-        mode: "train".into(),
-        precision: "fp32".into(),
+        mode: report.workload.mode.name().into(),
+        precision: report.workload.precision.name().into(),
         optimizer: report.workload.optimizer.name().into(),
         capacity_bytes: a.budget.capacity_bytes,
         margin_fraction: a.budget.margin_fraction,
@@ -160,4 +160,11 @@ pub fn plan_csv(report: &Report) -> anyhow::Result<Vec<u8>> {
     let header = header_of::<PlanRow>();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     to_csv(plan_row(report), &header)
+}
+
+/// Every variant's plan row, in order (a sweep over precisions, modes or lengths).
+pub fn plan_csv_many(reports: &[&Report]) -> anyhow::Result<Vec<u8>> {
+    let header = header_of::<PlanRow>();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    to_csv(reports.iter().filter_map(|r| plan_row(r)), &header)
 }

@@ -3,6 +3,7 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 use super::Report;
+use crate::analysis::SeqSummary;
 use crate::units::{format_input, human_bytes};
 
 fn opt_bytes(v: Option<u64>) -> String {
@@ -139,5 +140,70 @@ pub fn summary(report: &Report) -> String {
     for note in a.notes.iter().chain(&report.notes) {
         out.push_str(&format!("note: {note}\n"));
     }
+    out
+}
+
+/// One row per variant (precision, mode, length) of a sweep that ran several.
+pub fn variants(runs: &[(String, &Report)]) -> String {
+    let mut t = new_table(vec![
+        "variant",
+        "precision",
+        "mode",
+        "input",
+        "fixed",
+        "per sample",
+        "max batch",
+        "recommended",
+        "headroom",
+    ]);
+    for (label, r) in runs {
+        let a = r.analysis.as_ref();
+        let fit = a.and_then(|a| a.fit);
+        t.add_row(vec![
+            label.clone(),
+            r.workload.precision.name().to_string(),
+            r.workload.mode.name().to_string(),
+            format_input(&r.workload.input),
+            fit.map_or("-".into(), |f| human_bytes(f.fixed_bytes)),
+            fit.map_or("-".into(), |f| human_bytes(f.per_sample_bytes)),
+            a.map_or("-".into(), |a| a.max_batch.to_string()),
+            a.map_or("-".into(), |a| a.recommended_batch.to_string()),
+            a.and_then(|a| a.headroom_bytes).map_or("-".into(), human_bytes),
+        ]);
+    }
+    right_align(&mut t, 4);
+    format!("{t}\n")
+}
+
+/// The lengths of a `--seq-lens` sweep and the fit across them.
+pub fn seq_lengths(s: &SeqSummary) -> String {
+    let mut out = String::new();
+    match &s.fit {
+        Some(f) => out.push_str(&format!(
+            "Memory against batch and length: {} + {} x tokens + {} x tokens x length (r² {:.6}, {} points)\n",
+            human_bytes(f.fixed_bytes),
+            human_bytes(f.per_token_bytes),
+            human_bytes(f.per_token_length_bytes),
+            f.r2,
+            f.points
+        )),
+        None => out.push_str("Memory against batch and length: not enough fitting points for a fit\n"),
+    }
+    let mut t = new_table(vec!["length", "max batch", "recommended", "fit allows", "tokens per batch"]);
+    for r in &s.lengths {
+        t.add_row(vec![
+            r.length.to_string(),
+            r.max_batch.to_string(),
+            r.recommended_batch.to_string(),
+            r.fit_max_batch.map_or("-".into(), |b| b.to_string()),
+            r.tokens.to_string(),
+        ]);
+    }
+    right_align(&mut t, 0);
+    out.push_str(&format!("{t}\n"));
+    out.push_str(&format!(
+        "Max tokens per batch: {} (at length {}). For variable-length data use the longest length's batch: {} at {} tokens.\n",
+        s.max_tokens, s.max_tokens_length, s.longest_recommended_batch, s.longest_length
+    ));
     out
 }
