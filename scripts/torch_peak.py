@@ -5,8 +5,14 @@ allocations vramprobe's host tracker counts). Prints one JSON object."""
 import argparse
 import json
 
+import os
+import sys
+
 import torch
 import torchvision
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt import GPT  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function
 
 
@@ -24,7 +30,12 @@ def main():
     shape = [int(d) for d in a.input.split("x")]
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         kwargs = {"init_weights": False} if a.model == "inception_v3" else {}
-        model = getattr(torchvision.models, a.model)(num_classes=a.classes, **kwargs).train(a.mode == "train")
+        tokens = a.model.startswith("gpt")
+        if tokens:
+            model = GPT(a.model, a.classes).train(a.mode == "train")
+        else:
+            model = getattr(torchvision.models, a.model)(num_classes=a.classes, **kwargs)
+            model = model.train(a.mode == "train")
         if a.precision == "bf16":
             model = model.bfloat16()
         params = model.parameters()
@@ -39,8 +50,12 @@ def main():
         }[a.optimizer]()
         for step in range(a.steps):
             with record_function(f"vramprobe_step_{step}"):
-                x = torch.randn(a.batch, *shape, dtype=dtype)
-                y = torch.randint(0, a.classes, (a.batch,))
+                if tokens:
+                    x = torch.randint(0, a.classes, (a.batch, *shape))
+                    y = torch.randint(0, a.classes, (a.batch, *shape))
+                else:
+                    x = torch.randn(a.batch, *shape, dtype=dtype)
+                    y = torch.randint(0, a.classes, (a.batch,))
                 if a.mode == "eval":
                     with torch.no_grad(), torch.autocast("cpu", dtype=amp or torch.bfloat16, enabled=amp is not None):
                         out = model(x)
@@ -50,7 +65,10 @@ def main():
                 with torch.autocast("cpu", dtype=amp or torch.bfloat16, enabled=amp is not None):
                     out = model(x)
                     logits = out.logits if hasattr(out, "logits") else out
-                    loss = torch.nn.functional.cross_entropy(logits, y)
+                    if tokens:
+                        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+                    else:
+                        loss = torch.nn.functional.cross_entropy(logits, y)
                     if getattr(out, "aux_logits", None) is not None:
                         loss = loss + 0.4 * torch.nn.functional.cross_entropy(out.aux_logits, y)
                 if scaler is not None:

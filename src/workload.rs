@@ -105,6 +105,13 @@ fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
 /// appends, the Debug quoting tch's panics add, or the "Internal torch
 /// error" prefix.
 pub fn first_line(message: &str) -> String {
+    // The TorchScript interpreter puts the real error after a traceback.
+    if message.contains("failed in the TorchScript interpreter") {
+        let lines = message.split("\\n").flat_map(str::lines);
+        if let Some(cause) = lines.filter_map(|l| l.trim().strip_prefix("RuntimeError: ")).last() {
+            return format!("TorchScript: {}", first_line(cause));
+        }
+    }
     let mut text = message.trim();
     text = text.strip_prefix("called `Result::unwrap()` on an `Err` value: ").unwrap_or(text);
     if let Some(inner) = text.strip_prefix("Torch(\"") {
@@ -157,6 +164,15 @@ impl PhaseTimes {
     pub fn total(&self) -> f64 {
         self.data + self.forward + self.backward + self.optimizer
     }
+}
+
+/// One forward and backward pass: the unscaled loss and the seconds spent
+/// in each half; it keeps the output and the loss alive until dropped.
+pub struct Pass {
+    pub loss: f64,
+    pub forward_seconds: f64,
+    pub backward_seconds: f64,
+    _held: (model::Outputs, Tensor),
 }
 
 /// A model, its variables and its optimizer on one device. The sweep and the
@@ -218,7 +234,7 @@ impl Workload {
             model::source(&name).map_err(|e| StepError { oom: false, phase: Phase::Build, message: e.to_string() })?;
         guarded(Phase::Build, || {
             let mut vs = nn::VarStore::new(device.tch());
-            let net = source.build(&vs.root(), config.classes)?;
+            let net = source.build(&vs.root(), config.classes, config.precision == Precision::Bf16)?;
             if config.precision == Precision::Bf16 {
                 vs.bfloat16();
             }
@@ -346,12 +362,13 @@ impl Workload {
     }
 
     /// Forward, loss (scaled by `scale`, for gradient accumulation) and
-    /// backward on one batch. Returns the unscaled loss and the seconds spent
-    /// in forward and in backward. Every tensor of the pass is dropped before
-    /// it returns; the gradients accumulate.
-    pub fn forward_backward(&mut self, xs: &Tensor, ys: &Tensor, scale: f64) -> Result<(f64, f64, f64), StepError> {
+    /// backward on one batch. The returned [`Pass`] holds the model's output
+    /// and the loss, as a PyTorch loop's `output` and `loss` variables do
+    /// until the end of the step (for a language model the logits are large);
+    /// the gradients accumulate.
+    pub fn forward_backward(&mut self, xs: &Tensor, ys: &Tensor, scale: f64) -> Result<Pass, StepError> {
         let t0 = Instant::now();
-        let loss = guarded(Phase::Forward, || {
+        let (outputs, loss) = guarded(Phase::Forward, || {
             // The loss is computed inside the autocast region, as in PyTorch's AMP recipe.
             let _autocast = Autocast::enter(self.config.precision, self.device)?;
             let out = self.net.forward(xs, self.train)?;
@@ -362,7 +379,7 @@ impl Workload {
             }
             drop(_autocast);
             self.sync()?;
-            Ok(loss)
+            Ok((out, loss))
         })?;
         let t1 = Instant::now();
         let scale = scale * self.scaler.map_or(1.0, |s| s.scale);
@@ -372,7 +389,12 @@ impl Workload {
             self.sync()?;
             loss.f_double_value(&[])
         })?;
-        Ok((value, (t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+        Ok(Pass {
+            loss: value,
+            forward_seconds: (t1 - t0).as_secs_f64(),
+            backward_seconds: t1.elapsed().as_secs_f64(),
+            _held: (outputs, loss),
+        })
     }
 
     /// Applies the optimizer. After an out-of-memory error, calling it again
@@ -428,9 +450,11 @@ impl Workload {
         let (xs, ys) = self.random_batch(batch)?;
         let data = t0.elapsed().as_secs_f64();
         self.zero_grad()?;
-        let (_, forward, backward) = self.forward_backward(&xs, &ys, 1.0)?;
-        drop((xs, ys));
+        let pass = self.forward_backward(&xs, &ys, 1.0)?;
+        let (forward, backward) = (pass.forward_seconds, pass.backward_seconds);
         let optimizer = self.optimizer_step()?;
+        // A training loop's variables (input, labels, output, loss) live until the step ends.
+        drop((pass, xs, ys));
         Ok(PhaseTimes { data, forward, backward, optimizer })
     }
 }

@@ -5,7 +5,6 @@ use std::path::Path;
 use assert_cmd::Command;
 use vramprobe::data::Dataset;
 use vramprobe::device::Device;
-use vramprobe::model;
 use vramprobe::train::{accumulate, log::TrainRow};
 use vramprobe::workload::{OptimizerKind, Workload, WorkloadConfig};
 

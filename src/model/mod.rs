@@ -271,10 +271,12 @@ impl Source<'_> {
     }
 
     /// Builds the network's variables under `path` (on the path's device).
-    pub fn build(&self, path: &nn::Path, classes: i64) -> Result<Box<dyn Network>, TchError> {
+    /// `bf16`: a loaded module converts itself whole (the caller converts
+    /// the variable store of a built-in one).
+    pub fn build(&self, path: &nn::Path, classes: i64, bf16: bool) -> Result<Box<dyn Network>, TchError> {
         match self {
             Source::BuiltIn(spec) => Ok(spec.build(path, classes)),
-            Source::TorchScript(file) => Ok(Box::new(torchscript::load(file, path)?)),
+            Source::TorchScript(file) => Ok(Box::new(torchscript::load(file, path, bf16)?)),
         }
     }
 }

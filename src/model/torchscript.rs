@@ -1,26 +1,37 @@
 //! The user's own model: a TorchScript file (`torch.jit.trace` or
-//! `torch.jit.script`, see scripts/export_torchscript.py) loaded with tch's
-//! trainable module support. Its parameters join the variable store, so the
-//! optimizer trains them exactly as a built-in model's. The graph executor's
+//! `torch.jit.script`, see scripts/export_torchscript.py), loaded as tch's
+//! trainable modules are: its parameters join the variable store, so the
+//! optimizer trains them exactly as a built-in model's. In bf16 the whole
+//! module is converted (buffers such as batch-norm statistics included), as
+//! `model.bfloat16()` does. The graph executor's
 //! optimizations are turned off: the model then runs op by op as in eager
 //! PyTorch, with the same tensors saved for backward.
 use std::path::Path;
 use std::sync::Mutex;
 
-use tch::{nn, IValue, TchError, Tensor, TrainableCModule};
+use tch::{nn, CModule, IValue, Kind, TchError, Tensor};
 
 use super::{Network, Outputs};
 
 #[derive(Debug)]
 pub struct Scripted {
     /// The module, and whether it is in training mode (switching is `&mut`).
-    inner: Mutex<(TrainableCModule, Option<bool>)>,
+    inner: Mutex<(CModule, Option<bool>)>,
 }
 
-/// Loads `file` with its parameters under `p` (on `p`'s device).
-pub fn load(file: &Path, p: &nn::Path) -> Result<Scripted, TchError> {
+/// Loads `file` with its parameters under `p` (on `p`'s device), converted
+/// to bfloat16 when `bf16`.
+pub fn load(file: &Path, p: &nn::Path, bf16: bool) -> Result<Scripted, TchError> {
     crate::shim::jit_set_optimize(false).map_err(|e| TchError::Torch(e.0))?;
-    let module = TrainableCModule::load(file, p.clone())?;
+    let mut module = CModule::load_on_device(file, p.device())?;
+    if bf16 {
+        module.to(p.device(), Kind::BFloat16, false);
+    }
+    for (name, tensor) in module.named_parameters()? {
+        let trainable = tensor.requires_grad();
+        // The variable shares its storage with the module's parameter.
+        let _ = p.add(&name.replace('.', "_"), tensor, trainable);
+    }
     Ok(Scripted { inner: Mutex::new((module, None)) })
 }
 

@@ -162,9 +162,11 @@ pub fn plan_csv(report: &Report) -> anyhow::Result<Vec<u8>> {
     to_csv(plan_row(report), &header)
 }
 
-/// Every variant's plan row, in order (a sweep over precisions, modes or lengths).
+/// The plan rows of a sweep over precisions, modes or lengths, in order:
+/// one per variant that has a batch to recommend (a row without one would
+/// give the trainer nothing to run).
 pub fn plan_csv_many(reports: &[&Report]) -> anyhow::Result<Vec<u8>> {
     let header = header_of::<PlanRow>();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    to_csv(reports.iter().filter_map(|r| plan_row(r)), &header)
+    to_csv(reports.iter().filter_map(|r| plan_row(r)).filter(|row| row.recommended_batch > 0), &header)
 }

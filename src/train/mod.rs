@@ -73,8 +73,7 @@ pub fn accumulate(
         // Dropout and other randomness: the same for the same step and chunk.
         tch::manual_seed((seed.wrapping_mul(1_000_003).wrapping_add(i as u64) & i64::MAX as u64) as i64);
         let share = chunk.len() as f64 / total;
-        let (value, _, _) = workload.forward_backward(&xs, &ys, share)?;
-        loss += value * share;
+        loss += workload.forward_backward(&xs, &ys, share)?.loss * share;
     }
     Ok(loss)
 }
