@@ -1,7 +1,9 @@
 //! The built-in models, by torchvision name, each with its default input and
 //! class count. Parameter counts equal torchvision's for the same name.
 mod inception;
+mod layers;
 mod resnet;
+mod vgg;
 
 use tch::{nn, nn::ModuleT, vision, Tensor};
 
@@ -88,21 +90,21 @@ const MODELS: &[ModelSpec] = &[
         default_input: IMAGENET,
         default_classes: 1000,
         family: "VGG",
-        build: |p, c| plain(vision::vgg::vgg11(p, c)),
+        build: |p, c| plain(vgg::vgg11(p, c)),
     },
     ModelSpec {
         name: "vgg16",
         default_input: IMAGENET,
         default_classes: 1000,
         family: "VGG",
-        build: |p, c| plain(vision::vgg::vgg16(p, c)),
+        build: |p, c| plain(vgg::vgg16(p, c)),
     },
     ModelSpec {
         name: "vgg16_bn",
         default_input: IMAGENET,
         default_classes: 1000,
         family: "VGG",
-        build: |p, c| plain(vision::vgg::vgg16_bn(p, c)),
+        build: |p, c| plain(vgg::vgg16_bn(p, c)),
     },
     ModelSpec {
         name: "densenet121",

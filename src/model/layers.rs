@@ -1,0 +1,15 @@
+//! Small pieces the torchvision rebuilds share.
+use tch::Tensor;
+
+/// `nn.ReLU(inplace=True)`: the activation overwrites its input, so backward
+/// keeps one tensor where an out-of-place ReLU (tch's zoo) would keep two.
+pub fn relu_inplace(xs: &Tensor) -> Tensor {
+    let mut xs = xs.shallow_clone();
+    let _ = xs.relu_();
+    xs
+}
+
+/// `nn.MaxPool2d(kernel_size, stride)` with no padding.
+pub fn max_pool(xs: &Tensor, kernel: i64, stride: i64) -> Tensor {
+    xs.max_pool2d([kernel, kernel], [stride, stride], [0, 0], [1, 1], false)
+}
