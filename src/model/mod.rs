@@ -1,5 +1,6 @@
 //! The built-in models, by torchvision name, each with its default input and
 //! class count. Parameter counts equal torchvision's for the same name.
+mod alexnet;
 mod inception;
 mod layers;
 mod resnet;
@@ -139,7 +140,7 @@ const MODELS: &[ModelSpec] = &[
         default_input: IMAGENET,
         default_classes: 1000,
         family: "AlexNet",
-        build: |p, c| plain(vision::alexnet::alexnet(p, c)),
+        build: |p, c| plain(alexnet::alexnet(p, c)),
     },
     ModelSpec {
         name: "inception_v3",
