@@ -1,6 +1,7 @@
 //! The built-in models, by torchvision name, each with its default input and
 //! class count. Parameter counts equal torchvision's for the same name.
 mod alexnet;
+mod densenet;
 mod inception;
 mod layers;
 mod resnet;
@@ -112,7 +113,7 @@ const MODELS: &[ModelSpec] = &[
         default_input: IMAGENET,
         default_classes: 1000,
         family: "DenseNet",
-        build: |p, c| plain(vision::densenet::densenet121(p, c)),
+        build: |p, c| plain(densenet::densenet121(p, c)),
     },
     ModelSpec {
         name: "mobilenet_v2",
