@@ -9,6 +9,13 @@ pub fn relu_inplace(xs: &Tensor) -> Tensor {
     xs
 }
 
+/// `nn.SiLU(inplace=True)`, for the same reason.
+pub fn silu_inplace(xs: &Tensor) -> Tensor {
+    let mut xs = xs.shallow_clone();
+    let _ = xs.silu_();
+    xs
+}
+
 /// `nn.MaxPool2d(kernel_size, stride)` with no padding.
 pub fn max_pool(xs: &Tensor, kernel: i64, stride: i64) -> Tensor {
     xs.max_pool2d([kernel, kernel], [stride, stride], [0, 0], [1, 1], false)

@@ -2,6 +2,7 @@
 //! class count. Parameter counts equal torchvision's for the same name.
 mod alexnet;
 mod densenet;
+mod efficientnet;
 mod inception;
 mod layers;
 mod resnet;
@@ -127,7 +128,7 @@ const MODELS: &[ModelSpec] = &[
         default_input: IMAGENET,
         default_classes: 1000,
         family: "EfficientNet",
-        build: |p, c| plain(vision::efficientnet::b0(p, c)),
+        build: |p, c| plain(efficientnet::b0(p, c)),
     },
     ModelSpec {
         name: "squeezenet1_1",
