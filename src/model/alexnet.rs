@@ -2,8 +2,8 @@
 //! average pooling to 6x6 (any input of at least 63x63 works, as in
 //! torchvision), and dropout before each of the first two linear layers (tch's
 //! zoo orders the classifier the same but applies ReLU out of place, which
-//! keeps an extra activation per ReLU alive for backward). Variable names
-//! follow torchvision's state_dict keys (`features.0.weight`).
+//! allocates a new tensor per ReLU). Variable names follow torchvision's
+//! state_dict keys (`features.0.weight`).
 use tch::nn;
 
 use super::layers::{max_pool, relu_inplace};

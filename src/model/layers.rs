@@ -1,8 +1,9 @@
 //! Small pieces the torchvision rebuilds share.
 use tch::Tensor;
 
-/// `nn.ReLU(inplace=True)`: the activation overwrites its input, so backward
-/// keeps one tensor where an out-of-place ReLU (tch's zoo) would keep two.
+/// `nn.ReLU(inplace=True)`: the activation overwrites its input rather than
+/// allocating a second activation-sized tensor next to it (tch's zoo), a
+/// transient that the per-step peak can land on.
 pub fn relu_inplace(xs: &Tensor) -> Tensor {
     let mut xs = xs.shallow_clone();
     let _ = xs.relu_();
