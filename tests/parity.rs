@@ -42,9 +42,16 @@ fn rows(table: &str) -> usize {
 
 #[test]
 fn resnet_mobilenet_and_gpt_match_pytorch_within_one_percent() {
-    let Some(out) =
-        parity(&["--models", "resnet18 mobilenet_v2", "--input", "3x64x64", "--batches", "4 16", "--optimizer", "adam"])
-    else {
+    let Some(out) = parity(&[
+        "--models",
+        "resnet18 mobilenet_v2",
+        "--input",
+        "3x64x64",
+        "--batches",
+        "4 16",
+        "--optimizer",
+        "adam",
+    ]) else {
         return;
     };
     assert_eq!(rows(&out), 4, "{out}");

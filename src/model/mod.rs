@@ -1,10 +1,17 @@
 //! The models: built-in ones by torchvision (or nanoGPT) name, each with its
 //! default input and class count, and the user's own TorchScript files.
-//! Parameter counts equal torchvision's for the same name.
+//! Parameter counts equal torchvision's (or GPT-2's) for the same name. Each
+//! built-in model runs the same ops as its original, in-place activations
+//! included, so its memory per step is PyTorch's (./scripts/parity).
+mod alexnet;
+mod densenet;
+mod efficientnet;
 mod gpt;
 mod inception;
+mod layers;
 mod resnet;
 mod torchscript;
+mod vgg;
 
 use std::path::Path;
 
@@ -111,7 +118,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "VGG",
-        build: |p, c| plain(vision::vgg::vgg11(p, c)),
+        build: |p, c| plain(vgg::vgg11(p, c)),
     },
     ModelSpec {
         name: "vgg16",
@@ -119,7 +126,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "VGG",
-        build: |p, c| plain(vision::vgg::vgg16(p, c)),
+        build: |p, c| plain(vgg::vgg16(p, c)),
     },
     ModelSpec {
         name: "vgg16_bn",
@@ -127,7 +134,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "VGG",
-        build: |p, c| plain(vision::vgg::vgg16_bn(p, c)),
+        build: |p, c| plain(vgg::vgg16_bn(p, c)),
     },
     ModelSpec {
         name: "densenet121",
@@ -135,7 +142,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "DenseNet",
-        build: |p, c| plain(vision::densenet::densenet121(p, c)),
+        build: |p, c| plain(densenet::densenet121(p, c)),
     },
     ModelSpec {
         name: "mobilenet_v2",
@@ -151,7 +158,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "EfficientNet",
-        build: |p, c| plain(vision::efficientnet::b0(p, c)),
+        build: |p, c| plain(efficientnet::b0(p, c)),
     },
     ModelSpec {
         name: "squeezenet1_1",
@@ -167,7 +174,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "AlexNet",
-        build: |p, c| plain(vision::alexnet::alexnet(p, c)),
+        build: |p, c| plain(alexnet::alexnet(p, c)),
     },
     ModelSpec {
         name: "inception_v3",
