@@ -122,11 +122,11 @@ fn every_profile_file_parses_and_every_gpu_is_built_in() {
 fn a_sweep_reads_a_workload_profile_and_reports_a_malformed_one() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
-    std::fs::write(&bad, "model = \"resnet18\"\ninput = \"3x32x32\"\nclasses = 10\nmode = \"eval\"\nprecision = \"fp32\"\noptimizer = \"sgd\"\nlr = 0.1\n").unwrap();
+    std::fs::write(&bad, "model = \"resnet18\"\ninput = \"3x32x32\"\nclasses = 10\nmode = \"infer\"\nprecision = \"fp32\"\noptimizer = \"sgd\"\nlr = 0.1\n").unwrap();
     let out = vramprobe().args(["sweep", "--profile"]).arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("bad.toml:4: field mode: 'eval' is not supported yet"), "{stderr}");
+    assert!(stderr.contains("bad.toml:4: field mode: 'infer' is not one of train, eval"), "{stderr}");
 
     let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/models/resnet18-cifar10.toml");
     let run = dir.path().join("run");

@@ -1,6 +1,8 @@
 //! Every built-in model has torchvision's parameter count for the same name
 //! (values computed once with torchvision 0.28: sum(p.numel() for p in
-//! model.parameters()), default constructor arguments).
+//! model.parameters()), default constructor arguments), and the GPTs have
+//! GPT-2's (computed with scripts/torch_gpt.py, nanoGPT's model, on the meta
+//! device; the output layer shares the token embedding).
 use vramprobe::model;
 
 const TORCHVISION_PARAMETERS: [(&str, i64); 14] = [
@@ -20,10 +22,20 @@ const TORCHVISION_PARAMETERS: [(&str, i64); 14] = [
     ("inception_v3", 27_161_264),
 ];
 
+/// gpt2-large (774,030,080) and gpt2-xl (1,557,611,200) are left out: building
+/// them takes 3 and 6 GB here.
+const GPT_PARAMETERS: [(&str, i64); 5] = [
+    ("gpt2-small", 124_439_808),
+    ("gpt2-medium", 354_823_168),
+    ("gpt-mini", 12_515_520),
+    ("gpt-micro", 7_357_312),
+    ("gpt-nano", 2_546_400),
+];
+
 #[test]
 fn parameter_counts_equal_torchvision() {
-    assert_eq!(model::all().len(), TORCHVISION_PARAMETERS.len());
-    for (name, expected) in TORCHVISION_PARAMETERS {
+    assert_eq!(model::all().len(), TORCHVISION_PARAMETERS.len() + GPT_PARAMETERS.len() + 2);
+    for (name, expected) in TORCHVISION_PARAMETERS.into_iter().chain(GPT_PARAMETERS) {
         let spec = model::find(name).unwrap();
         assert_eq!(spec.parameter_count(spec.default_classes), expected, "{name}");
     }
