@@ -75,7 +75,16 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     tch::manual_seed((args.seed & i64::MAX as u64) as i64);
     let mut workload = Workload::new(config, device).map_err(|e| anyhow!("building {}: {e}", entry.model))?;
     workload.check_input().map_err(|e| {
-        UsageError::new(format!("{} cannot take {} inputs ({})", entry.model, format_input(&entry.input), e.message,))
+        // Name the input the model was designed for, so the user knows what to sweep instead.
+        let designed_for = crate::model::find(&entry.model)
+            .map(|spec| format!("; it is built for {} inputs", format_input(spec.default_input)))
+            .unwrap_or_default();
+        UsageError::new(format!(
+            "{} cannot take {} inputs ({}){designed_for}",
+            entry.model,
+            format_input(&entry.input),
+            e.message,
+        ))
     })?;
 
     let resume = match &args.resume {
