@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::device::Device;
+use crate::fastest::{self, Fastest};
 use crate::fit::{Budget, LinearFit};
 use crate::record::Outcome;
 use crate::search::{SearchResult, StrategyKind};
@@ -88,6 +89,10 @@ pub struct Analysis {
     pub headroom_bytes: Option<f64>,
     /// Predictions for [`COMMON_GPU_GIB`]; from host measurements on the CPU.
     pub gpu_predictions: Vec<GpuPrediction>,
+    /// The smallest batch within 5% of the best measured samples/s, among
+    /// the batches that fit (absent in reports written before it existed).
+    #[serde(default)]
+    pub fastest: Option<Fastest>,
     pub notes: Vec<String>,
 }
 
@@ -183,6 +188,10 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         None => Vec::new(),
     };
 
+    let throughput: Vec<(u64, f64)> =
+        fits.iter().filter(|t| within(t)).filter_map(|t| Some((t.batch, t.samples_per_second()?))).collect();
+    let fastest = fastest::fastest_batch(&throughput, fastest::WITHIN_OF_BEST);
+
     Analysis {
         budget,
         capacity_source: input.capacity_source,
@@ -202,6 +211,7 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         recommended_peak_bytes,
         headroom_bytes,
         gpu_predictions,
+        fastest,
         notes,
     }
 }

@@ -15,7 +15,7 @@ use crate::workload::OptimizerKind;
     name = "vramprobe",
     version,
     about = "How large a training batch your GPU can hold, and why: measured with real training steps.",
-    after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet50 --device cuda:0 --optimizer sgd --multiple-of 8\n  vramprobe models\n  vramprobe devices"
+    after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet50 --device cuda:0 --optimizer sgd --multiple-of 8\n  vramprobe check --plan runs/X/plan.csv\n  vramprobe train --plan runs/X/plan.csv --target-batch 256\n  vramprobe report runs/X\n  vramprobe models\n  vramprobe devices"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -57,6 +57,17 @@ pub enum Command {
         after_help = "Examples:\n  vramprobe plan --from runs/X/report.json --gpu rtx3070\n  vramprobe plan --from runs/X/report.json --gpu all --multiple-of 8\n  vramprobe plan --from runs/X/report.json --gpu my-gpu.toml"
     )]
     Plan(PlanArgs),
+    /// Re-render a saved run's table, plots and HTML page from its report.json,
+    /// without measuring again.
+    #[command(
+        after_help = "Examples:\n  vramprobe report runs/20261203-081500-resnet18\n  vramprobe report runs/X --quiet   # rewrite the files, print nothing"
+    )]
+    Report(ReportArgs),
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  vramprobe completions bash > ~/.local/share/bash-completion/completions/vramprobe\n  vramprobe completions zsh > ~/.zfunc/_vramprobe\n  vramprobe completions fish > ~/.config/fish/completions/vramprobe.fish"
+    )]
+    Completions(CompletionsArgs),
     /// Internal: one trial, run by `sweep` in a child process.
     #[command(hide = true)]
     Trial(TrialArgs),
@@ -269,6 +280,23 @@ pub struct BenchArgs {
     /// real-measurements.csv) instead of measuring them again.
     #[arg(long, conflicts_with = "synthetic_only")]
     pub reuse: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// A run folder written by `vramprobe sweep` (it holds report.json, or one
+    /// folder per variant that does).
+    pub dir: PathBuf,
+    /// Rewrite the files without printing the summary.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Clone, Args)]

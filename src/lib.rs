@@ -11,6 +11,7 @@ pub mod data;
 pub mod device;
 pub mod environment;
 pub mod error;
+pub mod fastest;
 pub mod fit;
 pub mod model;
 pub mod optim;

@@ -26,6 +26,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     result.with_context(|| format!("writing {}", path.display()))
 }
 
+/// Writes each (name, bytes) into `dir`, each file atomically.
+pub fn write_files(dir: &Path, files: &[(&str, Vec<u8>)]) -> Result<()> {
+    for (name, bytes) in files {
+        write_atomic(&dir.join(name), bytes)?;
+    }
+    Ok(())
+}
+
 /// Creates the output folder: `--out DIR` as given, or a new timestamped
 /// folder under `runs/`. Checks it is writable before any trial runs.
 pub fn prepare_out_dir(out: Option<&Path>, model: &str, stamp: &str) -> Result<PathBuf> {

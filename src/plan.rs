@@ -79,11 +79,12 @@ pub fn read(path: &Path) -> Result<Vec<PlanEntry>, PlanError> {
         let version: u32 = parse(field("schema_version")).ok_or_else(|| {
             err(line, Some("schema_version"), format!("'{}' is not a whole number", field("schema_version")))
         })?;
-        if version != PLAN_SCHEMA_VERSION {
+        // Version 2 only added columns at the end, so version 1 plans still read.
+        if !(1..=PLAN_SCHEMA_VERSION).contains(&version) {
             return Err(err(
                 line,
                 Some("schema_version"),
-                format!("unknown schema version {version}: this vramprobe reads version {PLAN_SCHEMA_VERSION}"),
+                format!("unknown schema version {version}: this vramprobe reads versions 1 to {PLAN_SCHEMA_VERSION}"),
             ));
         }
         let model = field("model").to_string();
@@ -222,7 +223,7 @@ mod tests {
         );
         assert_eq!(
             message(&format!("{HEADER}\n7,resnet18,3x32x32,10,cpu,adam,48\n")),
-            "plan.csv:2: column schema_version: unknown schema version 7: this vramprobe reads version 1"
+            "plan.csv:2: column schema_version: unknown schema version 7: this vramprobe reads versions 1 to 2"
         );
         assert!(message(&format!("{HEADER}\n1,resnet18,3x32x32,0,cpu,adam,48\n")).contains("column classes"));
         assert!(message(&format!("{HEADER}\n1,resnet18,3x32x32,10,cpu,adam,-4\n")).contains("column recommended_batch"));

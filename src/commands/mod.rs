@@ -3,6 +3,7 @@ mod bench;
 mod check;
 mod list;
 mod plan;
+mod report;
 mod sweep;
 mod train;
 mod trial;
@@ -27,6 +28,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Plan(args) => plan::run(args),
         Command::Check(args) => check::run(args),
         Command::BenchSearch(args) => bench::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Completions(args) => report::completions(args),
     }
 }
 

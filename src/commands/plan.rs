@@ -101,6 +101,9 @@ pub fn run(args: PlanArgs) -> Result<i32> {
             recommended_verified: false,
             recommended_peak_bytes: p.predicted_peak_bytes.map(|b| b.round() as i64),
             headroom_bytes: p.predicted_peak_bytes.map(|b| p.budget.headroom(b).round() as i64),
+            // Speed on another GPU is not predicted: only memory is.
+            fastest_batch: None,
+            fastest_samples_per_second: None,
         })
         .collect();
     let out = args.out.clone().unwrap_or_else(|| args.from.with_file_name("plan-gpus.csv"));

@@ -12,7 +12,7 @@ use crate::analysis;
 use crate::environment;
 use crate::error::UsageError;
 use crate::model;
-use crate::output::{self, write_atomic};
+use crate::output;
 use crate::record::{Outcome, StepRecord};
 use crate::report::{self, table, Report};
 use crate::sweep::{self, runner::TrialResult, Plan, Progress, SweepConfig};
@@ -163,7 +163,10 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         let cfg = &configs[0];
         let report = sweep::run(cfg, &mut Lines { quiet: args.quiet })?;
         print!("{}", table::summary(&report));
-        println!("Wrote {}: steps.csv, sweep.csv, plan.csv, report.json", out_dir.display());
+        println!(
+            "Wrote {}: steps.csv, sweep.csv, plan.csv, report.json, memory.svg, throughput.svg, index.html",
+            out_dir.display()
+        );
         let analysis = report.analysis.as_ref().ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
         if analysis.max_batch == 0 {
             return Err(does_not_fit(&report.workload.model, cfg, &report.trials, analysis.budget));
@@ -236,21 +239,18 @@ fn run_variants(
                 failed.push(label.clone());
             }
         }
-        let reports: Vec<&Report> = done.iter().map(|(_, r)| r).collect();
-        write_atomic(&out_dir.join("plan.csv"), &report::csv::plan_csv_many(&reports)?)?;
+        let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
+        output::write_files(out_dir, &report::variant_files(&runs, None)?)?;
     }
     let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
     print!("{}", table::variants(&runs));
     if args.seq_lens.is_some() {
-        let lengths: Vec<(u64, &[TrialResult], &analysis::Analysis)> = done
-            .iter()
-            .filter_map(|(_, r)| Some((r.workload.input[0] as u64, r.trials.as_slice(), r.analysis.as_ref()?)))
-            .collect();
-        let summary = analysis::seq_summary(&lengths);
+        let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
+        let summary = report::seq_summary_of(&reports);
         print!("{}", table::seq_lengths(&summary));
-        write_atomic(&out_dir.join("seq-lens.json"), &report::json::to_pretty(&summary)?)?;
+        output::write_files(out_dir, &report::variant_files(&runs, Some(&summary))?)?;
     }
-    println!("Wrote {}: plan.csv (one row per variant) and one folder per variant", out_dir.display());
+    println!("Wrote {}: plan.csv (one row per variant), index.html and one folder per variant", out_dir.display());
     for (label, r) in &done {
         if let Some(m) = r.analysis.as_ref().and_then(|a| unsupported(r, a)) {
             println!("note: {label}: {m}");

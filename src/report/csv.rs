@@ -8,7 +8,8 @@ use crate::sweep::runner::TrialResult;
 use crate::units::format_input;
 
 /// Version of the plan.csv columns; bump it when they change.
-pub const PLAN_SCHEMA_VERSION: u32 = 1;
+/// 2: added `fastest_batch` and `fastest_samples_per_second` at the end.
+pub const PLAN_SCHEMA_VERSION: u32 = 2;
 
 fn to_csv<T: Serialize>(rows: impl IntoIterator<Item = T>, header_if_empty: &[&str]) -> anyhow::Result<Vec<u8>> {
     let mut w = ::csv::Writer::from_writer(Vec::new());
@@ -121,6 +122,9 @@ pub struct PlanRow {
     pub recommended_verified: bool,
     pub recommended_peak_bytes: Option<i64>,
     pub headroom_bytes: Option<i64>,
+    /// The smallest measured batch within 5% of the best samples/s (measured).
+    pub fastest_batch: Option<u64>,
+    pub fastest_samples_per_second: Option<f64>,
 }
 
 pub fn plan_row(report: &Report) -> Option<PlanRow> {
@@ -153,6 +157,8 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
         recommended_verified: a.recommended_verified,
         recommended_peak_bytes: a.recommended_peak_bytes.map(|p| p.round() as i64),
         headroom_bytes: a.headroom_bytes.map(|h| h.round() as i64),
+        fastest_batch: a.fastest.map(|f| f.batch),
+        fastest_samples_per_second: a.fastest.map(|f| f.samples_per_second),
     })
 }
 

@@ -1,12 +1,14 @@
 //! Formatters: every function here takes measured data and returns bytes (or
 //! a string). Nothing here measures or touches the file system.
 pub mod csv;
+pub mod html;
 pub mod json;
+pub mod plot;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::Analysis;
+use crate::analysis::{Analysis, SeqSummary};
 use crate::environment::Environment;
 use crate::sweep::runner::TrialResult;
 use crate::workload::WorkloadConfig;
@@ -32,3 +34,60 @@ pub struct Report {
 }
 
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+/// A file of a run folder: its name and its bytes.
+pub type RunFile = (&'static str, Vec<u8>);
+
+/// Every file of one run's folder, rendered from the report: what `sweep`
+/// writes after each trial and `vramprobe report` writes again. plan.csv
+/// only once the analysis exists (a plan needs a finished search).
+pub fn run_files(report: &Report) -> anyhow::Result<Vec<RunFile>> {
+    let memory = plot::memory_svg(report)?;
+    let throughput = plot::throughput_svg(report)?;
+    let mut files =
+        vec![("steps.csv", csv::steps_csv(&report.trials)?), ("sweep.csv", csv::sweep_csv(&report.trials)?)];
+    if report.analysis.is_some() {
+        files.push(("plan.csv", csv::plan_csv(report)?));
+    }
+    files.push(("index.html", html::run_page(report, &memory, &throughput).into_bytes()));
+    files.push(("memory.svg", memory.into_bytes()));
+    files.push(("throughput.svg", throughput.into_bytes()));
+    // Last: report.json is what `report` reads, so it is never newer than the rest.
+    files.push(("report.json", json::report_json(report)?));
+    Ok(files)
+}
+
+/// The files at the top of a sweep over several variants (each variant has
+/// its own folder): the combined plan, the page, and for `--seq-lens` the
+/// fit across lengths and its heat map.
+pub fn variant_files(runs: &[(String, &Report)], seq: Option<&SeqSummary>) -> anyhow::Result<Vec<RunFile>> {
+    let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
+    let mut files = vec![("plan.csv", csv::plan_csv_many(&reports)?)];
+    let mut pages = Vec::new();
+    for (label, r) in runs {
+        pages.push((label.clone(), *r, plot::memory_svg(r)?, plot::throughput_svg(r)?));
+    }
+    let heatmap = match seq {
+        Some(s) => {
+            let svg = plot::seq_heatmap_svg(s, &reports)?;
+            files.push(("seq-lens.json", json::to_pretty(s)?));
+            Some((table::seq_lengths(s), svg))
+        }
+        None => None,
+    };
+    let html = html::variants_page(&pages, heatmap.as_ref().map(|(t, svg)| (t.as_str(), svg.as_str())));
+    files.push(("index.html", html.into_bytes()));
+    if let Some((_, svg)) = heatmap {
+        files.push(("seq-heatmap.svg", svg.into_bytes()));
+    }
+    Ok(files)
+}
+
+/// The fit across lengths of a `--seq-lens` sweep, from its variants' reports.
+pub fn seq_summary_of(reports: &[&Report]) -> SeqSummary {
+    let lengths: Vec<(u64, &[TrialResult], &Analysis)> = reports
+        .iter()
+        .filter_map(|r| Some((r.workload.input[0] as u64, r.trials.as_slice(), r.analysis.as_ref()?)))
+        .collect();
+    crate::analysis::seq_summary(&lengths)
+}

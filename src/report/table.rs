@@ -25,51 +25,65 @@ fn right_align(t: &mut Table, from: usize) {
     }
 }
 
-pub fn summary(report: &Report) -> String {
-    let cuda = report.device.starts_with("cuda");
-    let mut out = format!(
-        "{} {} x{} classes, {} on {} ({}), {} steps per trial\n",
+/// The first line of a summary: what was measured, where.
+pub fn headline(report: &Report) -> String {
+    format!(
+        "{} {} x{} classes, {} {} {} on {} ({}), {} steps per trial",
         report.workload.model,
         format_input(&report.workload.input),
         report.workload.classes,
+        report.workload.precision.name(),
+        report.workload.mode.name(),
         report.workload.optimizer.name(),
         report.device,
         report.device_name.as_deref().unwrap_or("?"),
         report.steps_per_trial,
-    );
+    )
+}
 
+/// Rows of cells, with their header: what the terminal and HTML tables show.
+pub struct Rows {
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// One row per trial, with the measured peaks and speed.
+pub fn trial_rows(report: &Report) -> Rows {
+    let cuda = report.device.starts_with("cuda");
     let mut header = vec!["batch", "outcome", "peak allocated"];
     if cuda {
         header.extend(["peak reserved", "NVML used"]);
     }
     header.extend(["step (s)", "samples/s"]);
-    let mut trials = new_table(header);
-    for t in &report.trials {
-        let mut row = vec![t.batch.to_string(), t.outcome.to_string(), opt_bytes(t.peak_allocated_bytes())];
-        if cuda {
-            row.extend([opt_bytes(t.peak_reserved_bytes()), opt_bytes(t.nvml_used_bytes())]);
-        }
-        row.push(t.mean_step_seconds().map_or("-".into(), |s| format!("{s:.3}")));
-        row.push(t.samples_per_second().map_or("-".into(), |s| format!("{s:.1}")));
-        trials.add_row(row);
-    }
-    right_align(&mut trials, 2);
-    out.push_str(&trials.to_string());
-    out.push('\n');
+    let rows = report
+        .trials
+        .iter()
+        .map(|t| {
+            let mut row = vec![t.batch.to_string(), t.outcome.to_string(), opt_bytes(t.peak_allocated_bytes())];
+            if cuda {
+                row.extend([opt_bytes(t.peak_reserved_bytes()), opt_bytes(t.nvml_used_bytes())]);
+            }
+            row.push(t.mean_step_seconds().map_or("-".into(), |s| format!("{s:.3}")));
+            row.push(t.samples_per_second().map_or("-".into(), |s| format!("{s:.1}")));
+            row
+        })
+        .collect();
+    Rows { header: header.into_iter().map(String::from).collect(), rows }
+}
 
-    let Some(a) = &report.analysis else {
-        return out;
-    };
-    let mut rec = new_table(vec!["", "value", "from"]);
+/// The fit, the budget and the recommendation: (what, value, where it comes from).
+pub fn recommendation_rows(report: &Report) -> Option<Rows> {
+    let a = report.analysis.as_ref()?;
+    let mut rows: Vec<Vec<String>> = Vec::new();
     let basis = a.fit_basis.name().replace('_', " ");
     if let Some(f) = a.fit {
-        rec.add_row(vec!["fixed".into(), human_bytes(f.fixed_bytes), format!("fit of {basis}")]);
-        rec.add_row(vec!["per sample".into(), human_bytes(f.per_sample_bytes), format!("fit of {basis}")]);
-        rec.add_row(vec!["r²".into(), format!("{:.6}", f.r2), format!("{} largest batches", f.points)]);
+        rows.push(vec!["fixed".into(), human_bytes(f.fixed_bytes), format!("fit of {basis}")]);
+        rows.push(vec!["per sample".into(), human_bytes(f.per_sample_bytes), format!("fit of {basis}")]);
+        rows.push(vec!["r²".into(), format!("{:.6}", f.r2), format!("{} largest batches", f.points)]);
     }
     let b = &a.budget;
-    rec.add_row(vec!["capacity".into(), human_bytes(b.capacity_bytes as f64), a.capacity_source.clone()]);
-    rec.add_row(vec![
+    rows.push(vec!["capacity".into(), human_bytes(b.capacity_bytes as f64), a.capacity_source.clone()]);
+    rows.push(vec![
         "budget".into(),
         human_bytes(b.budget_bytes as f64),
         format!(
@@ -78,24 +92,21 @@ pub fn summary(report: &Report) -> String {
             human_bytes(b.non_pytorch_bytes as f64)
         ),
     ]);
+    let trials = report.trials.len();
     let how = if a.max_batch == 0 {
         "nothing fits".to_string()
     } else if a.capped {
-        format!(
-            "verified by {} ({} trials); capped by --max-batch, the limit lies beyond",
-            a.strategy,
-            report.trials.len()
-        )
+        format!("verified by {} ({trials} trials); capped by --max-batch, the limit lies beyond", a.strategy)
     } else if a.exact {
-        format!("verified by {} ({} trials): fits, and the next batch does not", a.strategy, report.trials.len())
+        format!("verified by {} ({trials} trials): fits, and the next batch does not", a.strategy)
     } else {
-        format!("verified by {} ({} trials); not proven exact", a.strategy, report.trials.len())
+        format!("verified by {} ({trials} trials); not proven exact", a.strategy)
     };
-    rec.add_row(vec!["max batch".into(), a.max_batch.to_string(), how]);
+    rows.push(vec!["max batch".into(), a.max_batch.to_string(), how]);
     if let Some(p) = a.predicted_max_batch {
-        rec.add_row(vec!["predicted max".into(), p.to_string(), "fit, within the budget (not run)".to_string()]);
+        rows.push(vec!["predicted max".into(), p.to_string(), "fit, within the budget (not run)".to_string()]);
     }
-    rec.add_row(vec![
+    rows.push(vec![
         "recommended batch".into(),
         a.recommended_batch.to_string(),
         if a.recommended_verified {
@@ -106,38 +117,78 @@ pub fn summary(report: &Report) -> String {
     ]);
     if let (Some(h), Some(p)) = (a.headroom_bytes, a.recommended_peak_bytes) {
         let pct = if b.capacity_bytes > 0 { h / b.capacity_bytes as f64 * 100.0 } else { 0.0 };
-        rec.add_row(vec![
+        rows.push(vec![
             "headroom".into(),
             format!("{} ({pct:.1}%)", human_bytes(h)),
             format!("free at a peak of {}", human_bytes(p)),
         ]);
     }
-    right_align(&mut rec, 1);
-    out.push_str(&rec.to_string());
-    out.push('\n');
+    if let Some(f) = a.fastest {
+        rows.push(vec![
+            "fastest batch".into(),
+            f.batch.to_string(),
+            format!(
+                "measured {:.1} samples/s, within 5% of the best ({:.1} at batch {})",
+                f.samples_per_second, f.best_samples_per_second, f.best_batch
+            ),
+        ]);
+    }
+    Some(Rows { header: vec![String::new(), "value".into(), "from".into()], rows })
+}
 
-    if !a.gpu_predictions.is_empty() {
-        let label = if cuda {
-            "Predicted for other GPU sizes (fit + this GPU's measured CUDA context):"
-        } else {
-            "Predicted for GPUs from host (CPU) measurements; the CUDA context and cuDNN workspaces are not included:"
-        };
-        out.push_str(label);
-        out.push('\n');
-        let mut gpus = new_table(vec!["GPU memory", "budget", "max batch", "recommended"]);
-        for g in &a.gpu_predictions {
-            gpus.add_row(vec![
+/// Predictions for common GPU sizes, with the line that says what they are from.
+pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
+    let a = report.analysis.as_ref().filter(|a| !a.gpu_predictions.is_empty())?;
+    let label = if report.device.starts_with("cuda") {
+        "Predicted for other GPU sizes (fit + this GPU's measured CUDA context):"
+    } else {
+        "Predicted for GPUs from host (CPU) measurements; the CUDA context and cuDNN workspaces are not included:"
+    };
+    let rows = a
+        .gpu_predictions
+        .iter()
+        .map(|g| {
+            vec![
                 human_bytes(g.capacity_bytes as f64),
                 human_bytes(g.budget_bytes as f64),
                 g.max_batch.to_string(),
                 g.recommended_batch.to_string(),
-            ]);
-        }
-        right_align(&mut gpus, 0);
-        out.push_str(&gpus.to_string());
-        out.push('\n');
+            ]
+        })
+        .collect();
+    let header = ["GPU memory", "budget", "max batch", "recommended"].map(String::from).to_vec();
+    Some((label.to_string(), Rows { header, rows }))
+}
+
+/// Every note of the run: the analysis' and the sweep's.
+pub fn notes(report: &Report) -> Vec<String> {
+    report.analysis.iter().flat_map(|a| a.notes.iter()).chain(&report.notes).cloned().collect()
+}
+
+fn render(rows: &Rows, right_from: usize) -> String {
+    let mut t = new_table(rows.header.iter().map(String::as_str).collect());
+    for row in &rows.rows {
+        t.add_row(row.clone());
     }
-    for note in a.notes.iter().chain(&report.notes) {
+    right_align(&mut t, right_from);
+    format!("{t}\n")
+}
+
+pub fn summary(report: &Report) -> String {
+    let mut out = format!("{}\n", headline(report));
+    out.push_str(&render(&trial_rows(report), 2));
+    if report.analysis.is_none() {
+        return out;
+    }
+    if let Some(rec) = recommendation_rows(report) {
+        out.push_str(&render(&rec, 1));
+    }
+    if let Some((label, gpus)) = gpu_rows(report) {
+        out.push_str(&label);
+        out.push('\n');
+        out.push_str(&render(&gpus, 0));
+    }
+    for note in notes(report) {
         out.push_str(&format!("note: {note}\n"));
     }
     out
@@ -154,6 +205,7 @@ pub fn variants(runs: &[(String, &Report)]) -> String {
         "per sample",
         "max batch",
         "recommended",
+        "fastest",
         "headroom",
     ]);
     for (label, r) in runs {
@@ -168,6 +220,7 @@ pub fn variants(runs: &[(String, &Report)]) -> String {
             fit.map_or("-".into(), |f| human_bytes(f.per_sample_bytes)),
             a.map_or("-".into(), |a| a.max_batch.to_string()),
             a.map_or("-".into(), |a| a.recommended_batch.to_string()),
+            a.and_then(|a| a.fastest).map_or("-".into(), |f| f.batch.to_string()),
             a.and_then(|a| a.headroom_bytes).map_or("-".into(), human_bytes),
         ]);
     }

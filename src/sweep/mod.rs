@@ -13,7 +13,6 @@ use crate::analysis::{self, AnalysisInput, FitBasis, StrategyName};
 use crate::device::Device;
 use crate::environment;
 use crate::fit::Budget;
-use crate::output::write_atomic;
 use crate::record::{Outcome, StepRecord};
 use crate::report::{self, Report, REPORT_SCHEMA_VERSION};
 use crate::search::{
@@ -99,13 +98,8 @@ pub trait Progress {
     fn trial_done(&mut self, result: &TrialResult);
 }
 
-fn write_outputs(dir: &Path, report: &Report, with_plan: bool) -> Result<()> {
-    write_atomic(&dir.join("steps.csv"), &report::csv::steps_csv(&report.trials)?)?;
-    write_atomic(&dir.join("sweep.csv"), &report::csv::sweep_csv(&report.trials)?)?;
-    if with_plan {
-        write_atomic(&dir.join("plan.csv"), &report::csv::plan_csv(report)?)?;
-    }
-    write_atomic(&dir.join("report.json"), &report::json::report_json(report)?)
+fn write_outputs(dir: &Path, report: &Report) -> Result<()> {
+    crate::output::write_files(dir, &report::run_files(report)?)
 }
 
 /// How a finished trial counts for the search.
@@ -153,7 +147,7 @@ impl Sweep<'_> {
             self.budget = self.cfg.budget_from(&result);
         }
         self.report.trials.push(result);
-        write_outputs(&self.cfg.out_dir, &self.report, false)?;
+        write_outputs(&self.cfg.out_dir, &self.report)?;
         Ok(self.report.trials.last().expect("just pushed"))
     }
 
@@ -246,7 +240,7 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
         analysis: None,
         notes: cfg.notes.clone(),
     };
-    write_outputs(&cfg.out_dir, &report, false)?;
+    write_outputs(&cfg.out_dir, &report)?;
     let mut sweep = Sweep { cfg, progress, report, budget: None };
 
     let mut strategy: Box<dyn Strategy> = match &cfg.plan {
@@ -272,6 +266,6 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
     let analysis = analysis::analyze(&report.trials, input);
     report.status = if analysis.max_batch > 0 { "complete" } else { "failed" }.into();
     report.analysis = Some(analysis);
-    write_outputs(&cfg.out_dir, &report, true)?;
+    write_outputs(&cfg.out_dir, &report)?;
     Ok(report)
 }
