@@ -19,6 +19,7 @@ pub mod output;
 pub mod plan;
 pub mod precision;
 pub mod profile;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod search;

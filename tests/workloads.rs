@@ -129,6 +129,15 @@ fn the_two_dimensional_fit_predicts_a_held_out_batch_and_length() {
     let measured = trial_peak(&args) as f64;
     let predicted = fit.predict(12, 96);
     assert!((predicted / measured - 1.0).abs() < 0.02, "predicted {predicted}, measured {measured}");
+
+    // The heat map marks each length's verified max; `report` redraws it identically.
+    let heatmap = std::fs::read_to_string(out.join("seq-heatmap.svg")).unwrap();
+    assert_eq!(heatmap.matches("(measured)").count(), 3, "one max per length");
+    assert!(std::fs::read_to_string(out.join("index.html")).unwrap().contains("Batch and sequence length"));
+    std::fs::remove_file(out.join("seq-heatmap.svg")).unwrap();
+    let again = vramprobe().arg("report").arg(&out).arg("--quiet").output().unwrap();
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(std::fs::read_to_string(out.join("seq-heatmap.svg")).unwrap(), heatmap);
 }
 
 #[test]

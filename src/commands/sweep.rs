@@ -13,43 +13,64 @@ use crate::environment;
 use crate::error::UsageError;
 use crate::model;
 use crate::output;
+use crate::progress::Status;
 use crate::record::{Outcome, StepRecord};
 use crate::report::{self, table, Report};
 use crate::sweep::{self, runner::TrialResult, Plan, Progress, SweepConfig};
 use crate::units::{format_input, human_bytes};
 use crate::workload::WorkloadConfig;
 
-/// One line per trial on stderr; stdout is kept for the summary.
+/// One line per trial on stderr (stdout is kept for the summary), and on a
+/// terminal a live status line: trial, batch, phase, last peak, elapsed.
 struct Lines {
-    quiet: bool,
+    status: Status,
+    steps: u32,
+    trial: u32,
+    batch: u64,
+    last_peak: Option<u64>,
+}
+
+impl Lines {
+    fn new(quiet: bool, steps: u32) -> Lines {
+        Lines {
+            status: Status::new(quiet, None, "{spinner} [{elapsed_precise}] {msg}"),
+            steps,
+            trial: 0,
+            batch: 0,
+            last_peak: None,
+        }
+    }
+
+    fn show(&self, phase: &str) {
+        let peak = self.last_peak.map_or("-".into(), |b| human_bytes(b as f64));
+        self.status.update(format!("trial {}  batch {}  {phase}  last peak {peak}", self.trial, self.batch));
+    }
 }
 
 impl Progress for Lines {
     fn trial_started(&mut self, trial: u32, batch: u64) {
-        if !self.quiet {
-            eprint!("trial {trial:>2}  batch {batch:>5}  ");
-        }
+        (self.trial, self.batch) = (trial, batch);
+        self.show("starting the child");
     }
 
-    fn step_done(&mut self, _step: &StepRecord) {
-        if !self.quiet {
-            eprint!(".");
-        }
+    fn step_done(&mut self, step: &StepRecord) {
+        self.last_peak = Some(step.peak_allocated_bytes);
+        self.show(&format!("step {} of {} done", step.step, self.steps));
     }
 
     fn trial_done(&mut self, r: &TrialResult) {
-        if self.quiet {
-            return;
-        }
-        match r.outcome {
-            Outcome::Fits => eprintln!(
-                " fits  peak {}  {:.3} s/step  ({:.1}s)",
+        let head = format!("trial {:>2}  batch {:>5}  ", r.trial, r.batch);
+        let line = match r.outcome {
+            Outcome::Fits => format!(
+                "{head}fits  peak {}  {:.3} s/step  ({:.1}s)",
                 r.peak_allocated_bytes().map_or("-".into(), |b| human_bytes(b as f64)),
                 r.mean_step_seconds().unwrap_or(0.0),
                 r.wall_seconds
             ),
-            other => eprintln!(" {other}: {}", r.message.as_deref().unwrap_or("")),
-        }
+            other => format!("{head}{other}: {}", r.message.as_deref().unwrap_or("")),
+        };
+        self.status.line(&line);
+        self.show("choosing the next batch");
     }
 }
 
@@ -161,7 +182,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     }
     if configs.len() == 1 {
         let cfg = &configs[0];
-        let report = sweep::run(cfg, &mut Lines { quiet: args.quiet })?;
+        let report = sweep::run(cfg, &mut Lines::new(args.quiet, args.verify_steps))?;
         print!("{}", table::summary(&report));
         println!(
             "Wrote {}: steps.csv, sweep.csv, plan.csv, report.json, memory.svg, throughput.svg, index.html",
@@ -227,7 +248,8 @@ fn run_variants(
             eprintln!("== {label}: {} {} ==", workload.precision.name(), workload.mode.name());
         }
         let cfg = sweep_config(args, workload, device, note.clone(), out_dir.join(label))?;
-        match sweep::run(&cfg, &mut Lines { quiet: args.quiet }) {
+        let result = sweep::run(&cfg, &mut Lines::new(args.quiet, args.verify_steps));
+        match result {
             Ok(report) => {
                 if !args.quiet {
                     eprint!("{}", table::summary(&report));

@@ -22,6 +22,9 @@ const ORANGE: RGBColor = RGBColor(230, 120, 0);
 const PURPLE: RGBColor = RGBColor(130, 50, 170);
 const GREEN_DARK: RGBColor = RGBColor(0, 140, 60);
 
+/// A named series of (x, y) points and its colour.
+type Series<'a> = (&'a str, &'a Vec<(f64, f64)>, RGBColor);
+
 /// A byte axis in the unit that keeps its numbers readable.
 #[derive(Clone, Copy)]
 struct ByteUnit {
@@ -160,7 +163,7 @@ pub fn memory_svg(report: &Report) -> Result<String> {
                 .label(format!("fit of {}: {}", a.map_or("", |a| a.fit_basis.name()), fit_text(f)))
                 .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLUE.stroke_width(2)));
         }
-        let series: [(&str, &Vec<(f64, f64)>, RGBColor); 3] = [
+        let series: [Series; 3] = [
             ("peak allocated (measured)", &allocated, BLACK),
             ("peak reserved (measured)", &reserved, PURPLE),
             ("NVML used (measured)", &nvml, ORANGE),
@@ -385,6 +388,7 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
             .configure_mesh()
             .disable_mesh()
             .x_desc("batch (sequences per step)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
             .y_desc("sequence length (tokens)")
             .axis_desc_style((FONT, 16))
             .label_style((FONT, 13))
@@ -478,6 +482,8 @@ pub fn train_svg(rows: &[TrainRow]) -> Result<String> {
             .y_desc("loss")
             .axis_desc_style((FONT, 15))
             .label_style((FONT, 12))
+            .x_label_formatter(&|x| tick(*x))
+            .y_label_formatter(&|y| tick(*y))
             .draw()
             .map_err(plot_err)?;
         upper
@@ -499,10 +505,11 @@ pub fn train_svg(rows: &[TrainRow]) -> Result<String> {
             .y_desc(format!("memory ({})", unit.name))
             .axis_desc_style((FONT, 15))
             .label_style((FONT, 12))
+            .x_label_formatter(&|x| tick(*x))
+            .y_label_formatter(&|y| tick(*y))
             .draw()
             .map_err(plot_err)?;
-        let mem_series: [(&str, &Vec<(f64, f64)>, RGBColor); 2] =
-            [("peak allocated", &peak, BLACK), ("peak reserved", &reserved, PURPLE)];
+        let mem_series: [Series; 2] = [("peak allocated", &peak, BLACK), ("peak reserved", &reserved, PURPLE)];
         for (name, points, color) in mem_series {
             if points.is_empty() {
                 continue;

@@ -1,8 +1,9 @@
 //! The training log, `--log train.csv`: a row every `--log-every` steps with
 //! loss, batch arithmetic, speed and memory, and a row for every event (start,
 //! back-off, re-probe, out of memory at batch 1, done). Rewritten atomically
-//! at each row, so it is always complete and readable.
-use std::path::PathBuf;
+//! at each row, so it is always complete and readable; `train.svg` beside it
+//! plots the loss and memory over the steps.
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -65,6 +66,17 @@ impl TrainRow {
     }
 }
 
+const PLOT_EVERY: usize = 20;
+
+/// `train.csv` -> `train.svg`: the loss and memory plot beside the log.
+pub fn plot_path(log: &Path) -> PathBuf {
+    if log.extension().is_some_and(|e| e == "svg") {
+        // Never over the log itself.
+        return PathBuf::from(format!("{}.plot.svg", log.display()));
+    }
+    log.with_extension("svg")
+}
+
 pub struct TrainLog {
     path: Option<PathBuf>,
     rows: Vec<TrainRow>,
@@ -76,13 +88,20 @@ impl TrainLog {
     }
 
     pub fn push(&mut self, row: TrainRow) -> Result<()> {
+        // Plots are redrawn at every event and every PLOT_EVERY rows, so a
+        // long run does not redraw thousands of points at each step.
+        let replot = row.event != "step" || self.rows.len().is_multiple_of(PLOT_EVERY);
         self.rows.push(row);
         let Some(path) = &self.path else { return Ok(()) };
         let mut w = csv::Writer::from_writer(Vec::new());
         for r in &self.rows {
             w.serialize(r)?;
         }
-        write_atomic(path, &w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)
+        write_atomic(path, &w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)?;
+        if replot {
+            write_atomic(&plot_path(path), crate::report::plot::train_svg(&self.rows)?.as_bytes())?;
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]

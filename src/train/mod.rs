@@ -5,7 +5,6 @@
 pub mod checkpoint;
 pub mod log;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -14,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use crate::data::{epoch_order, Dataset};
 use crate::device::probe::Probe;
 use crate::device::Device;
+use crate::progress::Status;
 use crate::record::StepRecord;
 use crate::units::human_bytes;
 use crate::workload::{Phase, StepError, Workload};
@@ -112,27 +112,6 @@ fn batch_change(from: u64, to: u64, effective: u64) -> String {
     )
 }
 
-fn status_line(quiet: bool, text: &str) {
-    if quiet {
-        return;
-    }
-    if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K{text}");
-    } else {
-        eprintln!("{text}");
-    }
-}
-
-fn event_line(quiet: bool, text: &str) {
-    if quiet {
-        return;
-    }
-    if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K");
-    }
-    eprintln!("{text}");
-}
-
 /// Trains; returns the number of optimizer steps completed.
 pub fn run(
     cfg: &TrainConfig,
@@ -158,6 +137,9 @@ pub fn run(
         Length::Epochs(e) => e * (n / effective) as u64,
     };
     let mut log = TrainLog::new(cfg.log_path.clone());
+    let status =
+        Status::new(cfg.quiet, Some(total_steps), "{bar} {pos}/{len} steps  {msg}  [{elapsed_precise}, {eta} left]");
+    status.set_position(cursor.step);
     let accumulation = |micro: u64| cfg.effective_batch.div_ceil(micro);
     let start_msg = format!(
         "training {} steps: micro-batch {micro} x {} accumulation = effective batch {}{}",
@@ -166,7 +148,7 @@ pub fn run(
         cfg.effective_batch,
         if data.is_synthetic() { " (SYNTHETIC data)" } else { "" }
     );
-    event_line(cfg.quiet, &start_msg);
+    status.line(&start_msg);
     log.event(cursor.step, cursor.epoch, "start", micro, accumulation(micro), cfg.effective_batch, &start_msg)?;
 
     let progress_of = |cursor: &Cursor, micro: u64| Progress {
@@ -217,7 +199,7 @@ pub fn run(
                     }
                     if micro == 1 {
                         let msg = format!("out of memory at micro-batch 1 ({e})");
-                        event_line(cfg.quiet, &format!("step {}: {msg}", cursor.step + 1));
+                        status.line(&format!("step {}: {msg}", cursor.step + 1));
                         log.event(
                             cursor.step,
                             cursor.epoch,
@@ -242,7 +224,7 @@ pub fn run(
                         format!("redoing step {} from its first micro-batch", cursor.step + 1)
                     };
                     let msg = format!("{e}: {}; {next}", batch_change(from, micro, cfg.effective_batch));
-                    event_line(cfg.quiet, &format!("back-off: {msg}"));
+                    status.line(&format!("back-off: {msg}"));
                     log.event(
                         cursor.step,
                         cursor.epoch,
@@ -262,6 +244,7 @@ pub fn run(
             }
         };
         cursor.step += 1;
+        status.set_position(cursor.step);
         cursor.position += effective;
         samples_done += effective as u64;
         stable_steps += 1;
@@ -282,17 +265,17 @@ pub fn run(
                 step_seconds,
                 &mem,
             );
-            status_line(
-                cfg.quiet,
-                &format!(
-                    "step {}/{}  loss {loss:.4}  {micro} x {} = {}  {rate:.1} samples/s  peak {}",
-                    cursor.step,
-                    total_steps,
-                    accumulation(micro),
-                    cfg.effective_batch,
-                    human_bytes(mem.peak_allocated_bytes as f64)
-                ),
+            let text = format!(
+                "loss {loss:.4}  {micro} x {} = {}  {rate:.1} samples/s  peak {}",
+                accumulation(micro),
+                cfg.effective_batch,
+                human_bytes(mem.peak_allocated_bytes as f64)
             );
+            if status.is_live() {
+                status.update(text);
+            } else {
+                status.line(&format!("step {}/{total_steps}  {text}", cursor.step));
+            }
             log.push(row)?;
         }
         if let (Some(path), Some(every)) = (&cfg.checkpoint, cfg.checkpoint_every) {
@@ -306,7 +289,7 @@ pub fn run(
                 micro = (micro * 2).min(cfg.micro_batch);
                 stable_steps = 0;
                 let msg = format!("{k} steps without an OOM: {}", batch_change(from, micro, cfg.effective_batch));
-                event_line(cfg.quiet, &format!("re-probe: {msg}"));
+                status.line(&format!("re-probe: {msg}"));
                 log.event(cursor.step, cursor.epoch, "reprobe", micro, accumulation(micro), cfg.effective_batch, &msg)?;
             }
         }
@@ -316,7 +299,7 @@ pub fn run(
     }
     let rate = samples_done as f64 / started.elapsed().as_secs_f64().max(1e-9);
     let msg = format!("done: {} steps, {rate:.1} samples/s", cursor.step);
-    event_line(cfg.quiet, &msg);
+    status.line(&msg);
     log.event(cursor.step, cursor.epoch, "done", micro, accumulation(micro), cfg.effective_batch, &msg)?;
     Ok(cursor.step)
 }
