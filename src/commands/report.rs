@@ -61,6 +61,8 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         output::write_files(path, &report::run_files(&report)?)?;
         reports.push((label.clone(), report));
     }
+    // In the order they ran (then by name), as the sweep listed them.
+    reports.sort_by(|(la, a), (lb, b)| a.started_at.cmp(&b.started_at).then(la.cmp(lb)));
     let runs: Vec<(String, &Report)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
     let seq = dir.join("seq-lens.json").is_file().then(|| {
         let all: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();

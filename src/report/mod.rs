@@ -85,9 +85,11 @@ pub fn variant_files(runs: &[(String, &Report)], seq: Option<&SeqSummary>) -> an
 
 /// The fit across lengths of a `--seq-lens` sweep, from its variants' reports.
 pub fn seq_summary_of(reports: &[&Report]) -> SeqSummary {
-    let lengths: Vec<(u64, &[TrialResult], &Analysis)> = reports
+    let mut lengths: Vec<(u64, &[TrialResult], &Analysis)> = reports
         .iter()
         .filter_map(|r| Some((r.workload.input[0] as u64, r.trials.as_slice(), r.analysis.as_ref()?)))
         .collect();
+    // Shortest first, however the variants were listed or their folders sort.
+    lengths.sort_by_key(|(length, _, _)| *length);
     crate::analysis::seq_summary(&lengths)
 }

@@ -369,7 +369,7 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
     let rows = lengths.len().max(1) as f64;
     let title = match fit {
         Some(f) => format!(
-            "peak as a share of the budget {} (colour: fit, r² {:.4}; marks: measured)",
+            "peak / budget {}: fit (r² {:.4}) green low, red at the budget, grey over; dots: measured",
             crate::units::human_bytes(budget as f64),
             f.r2
         ),
@@ -415,7 +415,10 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
                 chart.draw_series(cells).map_err(plot_err)?;
             }
         }
-        for (i, run) in runs.iter().enumerate() {
+        for (i, &length) in lengths.iter().enumerate() {
+            let Some(run) = runs.iter().find(|r| r.workload.input.first() == Some(&(length as i64))) else {
+                continue;
+            };
             let y = i as f64 + 0.5;
             let fits = run
                 .trials
@@ -443,9 +446,12 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
                 .map_err(plot_err)?;
             chart
                 .draw_series(std::iter::once(Text::new(
-                    format!("max {} (measured)", row.max_batch),
+                    format!(" max {} (measured) ", row.max_batch),
                     (x, i as f64 + 0.8),
-                    (FONT, 14),
+                    (FONT, 14).into_font().color(&BLACK).pos(Pos::new(
+                        if x > 0.6 * x_max { HPos::Right } else { HPos::Left },
+                        VPos::Center,
+                    )),
                 )))
                 .map_err(plot_err)?;
         }
