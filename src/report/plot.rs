@@ -448,10 +448,10 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
                 .draw_series(std::iter::once(Text::new(
                     format!(" max {} (measured) ", row.max_batch),
                     (x, i as f64 + 0.8),
-                    (FONT, 14).into_font().color(&BLACK).pos(Pos::new(
-                        if x > 0.6 * x_max { HPos::Right } else { HPos::Left },
-                        VPos::Center,
-                    )),
+                    (FONT, 14)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(if x > 0.6 * x_max { HPos::Right } else { HPos::Left }, VPos::Center)),
                 )))
                 .map_err(plot_err)?;
         }
