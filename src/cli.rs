@@ -149,9 +149,13 @@ pub struct SweepArgs {
     /// Seconds before a trial that has not finished is killed.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub trial_timeout: u64,
-    /// Output folder [default: a new folder runs/<time>-<model>].
+    /// Output folder [default: a new folder runs/<time>-<model>]. An existing
+    /// folder that holds files is refused unless --force.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write into an existing --out folder (its files are replaced).
+    #[arg(long)]
+    pub force: bool,
     /// Print only the summary, not a line per trial.
     #[arg(long, short)]
     pub quiet: bool,

@@ -35,27 +35,50 @@ pub fn write_files(dir: &Path, files: &[(&str, Vec<u8>)]) -> Result<()> {
 }
 
 /// Creates the output folder: `--out DIR` as given, or a new timestamped
-/// folder under `runs/`. Checks it is writable before any trial runs.
-pub fn prepare_out_dir(out: Option<&Path>, model: &str, stamp: &str) -> Result<PathBuf> {
-    let dir = match out {
-        Some(dir) => dir.to_path_buf(),
-        None => {
-            let base = PathBuf::from("runs").join(format!("{stamp}-{model}"));
-            let mut dir = base.clone();
-            let mut n = 2;
-            while dir.exists() {
-                dir = PathBuf::from(format!("{}-{n}", base.display()));
-                n += 1;
-            }
-            dir
-        }
-    };
-    let unusable = |e: &dyn std::fmt::Display| {
+/// folder under `runs/`. Two runs never share a folder: a new folder is
+/// claimed with an atomic mkdir, and an existing `--out` that holds files is
+/// refused unless `force`. Checks it is writable before any trial runs.
+pub fn prepare_out_dir(out: Option<&Path>, model: &str, stamp: &str, force: bool) -> Result<PathBuf> {
+    let unusable = |dir: &Path, e: &dyn std::fmt::Display| {
         UsageError::new(format!("cannot write to the output folder {}: {e}", dir.display()))
     };
-    fs::create_dir_all(&dir).map_err(|e| unusable(&e))?;
+    let dir = match out {
+        Some(dir) => {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fs::create_dir_all(parent).map_err(|e| unusable(dir, &e))?;
+            }
+            match fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holds_files = fs::read_dir(dir).map(|mut d| d.next().is_some()).unwrap_or(true);
+                    if holds_files && !force {
+                        return Err(UsageError::new(format!(
+                            "the output folder {} already exists and holds files: choose another --out, or pass --force to write into it",
+                            dir.display()
+                        ))
+                        .into());
+                    }
+                }
+                Err(e) => return Err(unusable(dir, &e).into()),
+            }
+            dir.to_path_buf()
+        }
+        None => {
+            let base = PathBuf::from("runs").join(format!("{stamp}-{model}"));
+            fs::create_dir_all("runs").map_err(|e| unusable(&base, &e))?;
+            let mut n = 1;
+            loop {
+                let dir = if n == 1 { base.clone() } else { PathBuf::from(format!("{}-{n}", base.display())) };
+                match fs::create_dir(&dir) {
+                    Ok(()) => break dir,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+                    Err(e) => return Err(unusable(&dir, &e).into()),
+                }
+            }
+        }
+    };
     let probe = dir.join(format!(".write-test-{}", std::process::id()));
-    fs::write(&probe, b"").map_err(|e| unusable(&e))?;
+    fs::write(&probe, b"").map_err(|e| unusable(&dir, &e))?;
     let _ = fs::remove_file(&probe);
     Ok(dir)
 }
@@ -83,8 +106,21 @@ mod tests {
     }
 
     #[test]
+    fn an_out_dir_with_files_is_refused_without_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run");
+        assert_eq!(prepare_out_dir(Some(&out), "m", "s", false).unwrap(), out);
+        // An empty folder (just made, or made by the user) is fine.
+        assert!(prepare_out_dir(Some(&out), "m", "s", false).is_ok());
+        fs::write(out.join("plan.csv"), b"x").unwrap();
+        let err = prepare_out_dir(Some(&out), "m", "s", false).unwrap_err();
+        assert!(err.is::<UsageError>() && err.to_string().contains("--force"), "{err}");
+        assert!(prepare_out_dir(Some(&out), "m", "s", true).is_ok());
+    }
+
+    #[test]
     fn an_unwritable_out_dir_is_a_usage_error() {
-        let err = prepare_out_dir(Some(Path::new("/proc/vramprobe-out")), "m", "s").unwrap_err();
+        let err = prepare_out_dir(Some(Path::new("/proc/vramprobe-out")), "m", "s", false).unwrap_err();
         assert!(err.is::<UsageError>(), "{err}");
     }
 }

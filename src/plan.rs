@@ -45,15 +45,25 @@ pub struct PlanEntry {
 
 /// Reads every row of a plan file.
 pub fn read(path: &Path) -> Result<Vec<PlanEntry>, PlanError> {
+    let bytes = std::fs::read(path).map_err(|e| PlanError {
+        path: path.to_path_buf(),
+        line: 0,
+        column: None,
+        message: format!("cannot read the plan: {e}"),
+    })?;
+    parse(path, &bytes)
+}
+
+/// Parses a plan's bytes; `path` names the file in errors. Pure (and fuzzed).
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
     let err = |line: u64, column: Option<&str>, message: String| PlanError {
         path: path.to_path_buf(),
         line,
         column: column.map(str::to_string),
         message,
     };
-    let bytes = std::fs::read(path).map_err(|e| err(0, None, format!("cannot read the plan: {e}")))?;
     // A spreadsheet may save a UTF-8 byte-order mark in front of the header.
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(bytes);
     let headers = reader.headers().map_err(|e| err(1, None, format!("unreadable header: {e}")))?.clone();
     if headers.is_empty() || headers.iter().all(str::is_empty) {

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::device::probe::Probe;
 use crate::device::Device;
@@ -66,7 +66,13 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             device_total_bytes,
         },
     )?;
+    // TEST-ONLY: faults the fault-matrix tests inject (see crate::fault).
+    let fault = match crate::fault::from_env() {
+        Ok(f) => f,
+        Err(message) => bail!(message),
+    };
     for step in 1..=spec.steps {
+        crate::fault::at_step(fault, spec.batch, step);
         probe.reset_peak();
         let started = Instant::now();
         let times = match workload.step(spec.batch) {

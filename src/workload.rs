@@ -322,6 +322,7 @@ impl Workload {
         let mut shape = vec![batch as i64];
         shape.extend_from_slice(&self.config.input);
         guarded(Phase::Data, || {
+            crate::fault::before(Phase::Data)?;
             let batch_out = match self.input_kind {
                 InputKind::Image => (
                     Tensor::f_randn(shape.as_slice(), (self.input_float_kind(), dev))?,
@@ -369,6 +370,7 @@ impl Workload {
     pub fn forward_backward(&mut self, xs: &Tensor, ys: &Tensor, scale: f64) -> Result<Pass, StepError> {
         let t0 = Instant::now();
         let (outputs, loss) = guarded(Phase::Forward, || {
+            crate::fault::before(Phase::Forward)?;
             // The loss is computed inside the autocast region, as in PyTorch's AMP recipe.
             let _autocast = Autocast::enter(self.config.precision, self.device)?;
             let out = self.net.forward(xs, self.train)?;
@@ -384,6 +386,7 @@ impl Workload {
         let t1 = Instant::now();
         let scale = scale * self.scaler.map_or(1.0, |s| s.scale);
         let value = guarded(Phase::Backward, || {
+            crate::fault::before(Phase::Backward)?;
             let scaled = if scale == 1.0 { loss.shallow_clone() } else { loss.f_mul_scalar(scale)? };
             scaled.f_backward()?;
             self.sync()?;
@@ -402,6 +405,7 @@ impl Workload {
     pub fn optimizer_step(&mut self) -> Result<f64, StepError> {
         let t0 = Instant::now();
         guarded(Phase::Optimizer, || {
+            crate::fault::before(Phase::Optimizer)?;
             let finite = match &mut self.scaler {
                 Some(scaler) => {
                     let finite = self.optimizer.unscale_grads(1.0 / scaler.scale)?;

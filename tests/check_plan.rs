@@ -139,7 +139,13 @@ fn a_sweep_reads_a_workload_profile_and_reports_a_malformed_one() {
         .unwrap();
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
     let plan = std::fs::read_to_string(run.join("plan.csv")).unwrap();
-    assert!(plan.lines().nth(1).unwrap().starts_with("1,resnet18,3x32x32,10,cpu,"), "{plan}");
+    assert!(
+        plan.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with(&format!("{},resnet18,3x32x32,10,cpu,", vramprobe::report::csv::PLAN_SCHEMA_VERSION)),
+        "{plan}"
+    );
 }
 
 #[test]

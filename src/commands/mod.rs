@@ -19,6 +19,11 @@ use crate::workload::{OptimizerKind, WorkloadConfig};
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
+    // The commands that run trials or train stop cleanly on Ctrl-C or SIGTERM;
+    // a trial child has no handler: its parent kills its process group.
+    if matches!(cli.command, Command::Sweep(_) | Command::Train(_) | Command::Check(_)) {
+        crate::interrupt::install();
+    }
     match cli.command {
         Command::Sweep(args) => sweep::run(args),
         Command::Models(args) => list::models(args),

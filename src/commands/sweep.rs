@@ -11,6 +11,7 @@ use crate::device::{self, Device, DeviceRequest};
 use crate::analysis;
 use crate::environment;
 use crate::error::UsageError;
+use crate::interrupt::Interrupted;
 use crate::model;
 use crate::output;
 use crate::progress::Status;
@@ -166,7 +167,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         .into());
     }
     let (_, stamp) = environment::utc_now();
-    let out_dir = output::prepare_out_dir(args.out.as_deref(), &model::label(&workloads[0].model), &stamp)?;
+    let out_dir = output::prepare_out_dir(args.out.as_deref(), &model::label(&workloads[0].model), &stamp, args.force)?;
     if workloads.len() > 1 {
         let (device, note) = devices.into_iter().next().ok_or_else(|| anyhow!("no device"))?;
         return run_variants(&args, &workloads, device, note, &out_dir);
@@ -182,7 +183,8 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     }
     if configs.len() == 1 {
         let cfg = &configs[0];
-        let report = sweep::run(cfg, &mut Lines::new(args.quiet, args.verify_steps))?;
+        let report = sweep::run(cfg, &mut Lines::new(args.quiet, args.verify_steps))
+            .inspect_err(|e| partial_note(e, &out_dir))?;
         print!("{}", table::summary(&report));
         println!(
             "Wrote {}: steps.csv, sweep.csv, plan.csv, report.json, memory.svg, throughput.svg, index.html",
@@ -216,6 +218,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             }
         }
     }
+    crate::interrupt::check()?;
     let min = recommended.iter().copied().min().unwrap_or(0);
     println!(
         "Per device recommended batch: {recommended:?}; for data-parallel training on this node: {min} per device"
@@ -241,6 +244,7 @@ fn run_variants(
         eprintln!("note: {note}");
     }
     let labels = variant_labels(workloads);
+    let mut interrupted: Option<anyhow::Error> = None;
     let mut done: Vec<(String, Report)> = Vec::new();
     let mut failed = Vec::new();
     for (workload, label) in workloads.iter().zip(&labels) {
@@ -256,6 +260,7 @@ fn run_variants(
                 }
                 done.push((label.clone(), report));
             }
+            Err(e) if e.is::<Interrupted>() => interrupted = Some(e),
             Err(e) => {
                 eprintln!("{label}: {e:#}");
                 failed.push(label.clone());
@@ -263,6 +268,10 @@ fn run_variants(
         }
         let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
         output::write_files(out_dir, &report::variant_files(&runs, None)?)?;
+        if let Some(e) = interrupted {
+            partial_note(&e, out_dir);
+            return Err(e);
+        }
     }
     let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
     print!("{}", table::variants(&runs));
@@ -326,4 +335,15 @@ fn does_not_fit(model: &str, cfg: &SweepConfig, trials: &[TrialResult], budget: 
         }
     };
     anyhow!("{model} does not fit even at batch {} on {}: {why}; {budget_text}", first.batch, cfg.device)
+}
+
+/// Where an interrupted sweep left what it measured.
+fn partial_note(e: &anyhow::Error, out_dir: &Path) {
+    if e.is::<Interrupted>() {
+        eprintln!(
+            "{e}: what was measured is in {} (report.json status \"interrupted\"; `vramprobe report {}` redraws it)",
+            out_dir.display(),
+            out_dir.display()
+        );
+    }
 }

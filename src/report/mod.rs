@@ -17,7 +17,8 @@ use crate::workload::WorkloadConfig;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub schema_version: u32,
-    /// "running" while trials go on, then "complete" or "failed".
+    /// "running" while trials go on, then "complete", "failed" or
+    /// "interrupted" (SIGINT or SIGTERM; the trials are what was measured).
     pub status: String,
     pub command_line: Vec<String>,
     pub started_at: String,

@@ -124,7 +124,20 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
+    /// After SIGINT or SIGTERM: the report says so, everything measured is
+    /// written, and the sweep stops with [`Interrupted`].
+    fn stop_if_interrupted(&mut self) -> Result<()> {
+        if let Err(interrupted) = crate::interrupt::check() {
+            self.report.status = "interrupted".into();
+            self.report.notes.push(format!("{interrupted}: the sweep stopped; the trials above are what it measured"));
+            write_outputs(&self.cfg.out_dir, &self.report)?;
+            return Err(interrupted.into());
+        }
+        Ok(())
+    }
+
     fn run_trial(&mut self, batch: u64) -> Result<&TrialResult> {
+        self.stop_if_interrupted()?;
         let trial = self.report.trials.len() as u32 + 1;
         self.progress.trial_started(trial, batch);
         // On the CPU, --capacity is a real limit inside libtorch, as a GPU's is.
@@ -148,6 +161,7 @@ impl Sweep<'_> {
         }
         self.report.trials.push(result);
         write_outputs(&self.cfg.out_dir, &self.report)?;
+        self.stop_if_interrupted()?;
         Ok(self.report.trials.last().expect("just pushed"))
     }
 

@@ -97,18 +97,6 @@ pub fn child_args(spec: &TrialSpec) -> Vec<String> {
     args
 }
 
-fn signal_name(signal: i32) -> &'static str {
-    match signal {
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGINT => "SIGINT",
-        _ => "signal",
-    }
-}
-
 /// Runs one trial in a child process. `on_step` sees each step as it arrives.
 pub fn run_trial(
     exe: &Path,
@@ -187,9 +175,20 @@ pub fn run_trial(
     let deadline = started + timeout;
     let mut ended: Option<(Outcome, Option<String>, Option<u32>)> = None;
     let mut timed_out = false;
+    let mut interrupted = None;
+    let kill_group = || {
+        // SAFETY: kill(2) on the child's own process group.
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    };
     loop {
+        if let Some(signal) = crate::interrupt::received() {
+            interrupted = Some(signal);
+            kill_group();
+            break;
+        }
         let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
+        // Wake up often enough to notice Ctrl-C or SIGTERM.
+        match rx.recv_timeout(left.min(Duration::from_millis(100))) {
             Ok(line) => match serde_json::from_str::<Message>(&line) {
                 Ok(Message::Start { parameters, parameter_bytes, baseline_bytes, device_name, device_total_bytes }) => {
                     result.parameters = Some(parameters);
@@ -207,10 +206,10 @@ pub fn run_trial(
                 // Anything else on stdout (a library printing) is not ours.
                 Err(_) => {}
             },
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 timed_out = true;
-                // SAFETY: kill(2) on the child's own process group.
-                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                kill_group();
                 break;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -225,7 +224,14 @@ pub fn run_trial(
         let lines: Vec<&str> = stderr_text.lines().filter(|l| !l.trim().is_empty()).collect();
         lines[lines.len().saturating_sub(3)..].join(" | ")
     };
-    if timed_out {
+    if let Some(signal) = interrupted {
+        result.outcome = Outcome::Killed;
+        result.message = Some(format!(
+            "interrupted by {}: the trial's process group was killed",
+            crate::interrupt::signal_name(signal)
+        ));
+        result.failed_step = Some(result.steps.len() as u32 + 1);
+    } else if timed_out {
         result.outcome = Outcome::Timeout;
         result.message = Some(format!(
             "no result within the {}s trial timeout; the trial's process group was killed",
@@ -241,7 +247,10 @@ pub fn run_trial(
                 let sig = s.signal().unwrap_or(0);
                 result.outcome = Outcome::Killed;
                 let hint = if sig == libc::SIGKILL { " (on the CPU, often the kernel's OOM killer)" } else { "" };
-                result.message = Some(format!("the trial process was killed by {} ({sig}){hint}", signal_name(sig)));
+                result.message = Some(format!(
+                    "the trial process was killed by {} ({sig}){hint}",
+                    crate::interrupt::signal_name(sig)
+                ));
             }
             Ok(s) => {
                 result.outcome = Outcome::Error;

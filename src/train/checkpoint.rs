@@ -57,8 +57,10 @@ pub fn save(path: &Path, workload: &Workload, progress: &Progress) -> Result<()>
 
 /// Reads a checkpoint's progress without touching a model.
 pub fn read(path: &Path) -> Result<(Progress, Vec<(String, Tensor)>)> {
-    let named = Tensor::read_safetensors(path)
-        .map_err(|e| anyhow!("{}: not a readable vramprobe checkpoint ({e})", path.display()))?;
+    // A missing or damaged --resume file is the user's input: a usage error.
+    let named = Tensor::read_safetensors(path).map_err(|e| {
+        crate::error::UsageError::new(format!("{}: not a readable vramprobe checkpoint ({e})", path.display()))
+    })?;
     let meta = named
         .iter()
         .find(|(k, _)| k == META)

@@ -167,6 +167,23 @@ pub fn run(
     let started = Instant::now();
     let mut samples_done = 0u64;
     while cursor.step < total_steps {
+        if let Err(interrupted) = crate::interrupt::check() {
+            // Between optimizer steps: the state is whole, so save it and stop.
+            let path = cfg
+                .checkpoint
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("vramprobe-interrupted-step-{}.ckpt", cursor.step)));
+            checkpoint::save(&path, workload, &progress_of(&cursor, micro))?;
+            let msg = format!(
+                "{interrupted} after step {}: saved a checkpoint to {}; continue with --resume {}",
+                cursor.step,
+                path.display(),
+                path.display()
+            );
+            status.line(&msg);
+            log.event(cursor.step, cursor.epoch, "interrupted", micro, accumulation(micro), cfg.effective_batch, &msg)?;
+            return Err(interrupted.into());
+        }
         let indices = cursor.next(n, effective, cfg.seed);
         let step_seed = cfg.seed ^ cursor.step.wrapping_mul(0x9E37_79B9);
         probe.reset_peak();
