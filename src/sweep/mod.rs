@@ -283,3 +283,52 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
     write_outputs(&cfg.out_dir, &report)?;
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::nvml::NvmlReading;
+
+    /// A CUDA trial whose NVML reads failed after its first step (SYNTHETIC
+    /// numbers: this tests the judgement, not a measurement).
+    fn cuda_trial_losing_nvml() -> TrialResult {
+        let step = |n: u32, nvml: bool| {
+            let mut s = StepRecord {
+                step: n,
+                batch: 8,
+                peak_allocated_bytes: 900,
+                reserved_bytes: Some(1000),
+                peak_reserved_bytes: Some(1000),
+                ..Default::default()
+            };
+            if nvml {
+                s.set_nvml(NvmlReading { used_bytes: Some(1500), ..Default::default() });
+            }
+            s
+        };
+        TrialResult {
+            trial: 2,
+            batch: 8,
+            outcome: Outcome::Fits,
+            message: None,
+            failed_step: None,
+            parameters: None,
+            parameter_bytes: None,
+            baseline_bytes: None,
+            device_name: Some("GPU".into()),
+            device_total_bytes: Some(10_000),
+            wall_seconds: 1.0,
+            steps: vec![step(1, true), step(2, false), step(3, false)],
+        }
+    }
+
+    #[test]
+    fn nvml_failing_mid_trial_leaves_its_cells_empty_and_the_judgement_to_the_allocator() {
+        let trial = cuda_trial_losing_nvml();
+        assert_eq!(trial.steps[1].nvml_used_bytes, None);
+        let budget = Budget::new(10_000, 0.1, 500);
+        assert_eq!(observe(&trial, &budget, FitBasis::PeakReserved), Observation::Fits { peak_bytes: 1000 });
+        let tight = Budget::new(1_500, 0.1, 500);
+        assert_eq!(observe(&trial, &tight, FitBasis::PeakReserved), Observation::TooBig { peak_bytes: Some(1000) });
+    }
+}
