@@ -171,8 +171,14 @@ impl Strategy for FitGuided {
                     }
                     _ => None,
                 };
-                match chord.or(predicted_max) {
+                // A line that puts the max at or past a batch that failed is
+                // wrong there (an OOM has no reading to correct it with):
+                // crawling down from the failure one batch at a time would
+                // cost a trial per batch, so the bracket is split instead,
+                // geometrically while it spans more than a factor of 4.
+                match chord.or(predicted_max.filter(|&m| m < h)) {
                     Some(m) if self.stalls < 2 => m.max(l + 1 + missed_by),
+                    _ if h > 4 * l => ((l as f64 * h as f64).sqrt() as u64).clamp(l + 1, h - 1),
                     _ => l + width / 2,
                 }
             }

@@ -197,3 +197,30 @@ fn print_suite() {
         );
     }
 }
+
+#[test]
+fn an_oom_past_a_flat_start_splits_the_bracket_instead_of_crawling() {
+    // SYNTHETIC, shaped like resnet18 at 32x32 on the CPU under a 600 MiB
+    // capacity (measured here): the peak sits in the optimizer step and is
+    // nearly flat up to about batch 60, so batches 4 and 32 give a line far too
+    // shallow; past the capacity a trial dies with no reading, as an OOM does.
+    let peak = |b: u64| (197_819_000 + 12_336 * b).max(172_900_000 + 446_000 * b);
+    let capacity = 600 * MIB;
+    let budget = capacity - capacity / 10;
+    let observe = |b: u64| match peak(b) {
+        p if p <= budget => Observation::Fits { peak_bytes: p },
+        p if p <= capacity => Observation::TooBig { peak_bytes: Some(p) },
+        _ => Observation::TooBig { peak_bytes: None },
+    };
+    let true_max = (1..).take_while(|&b| peak(b) <= budget).last().unwrap();
+    let limits =
+        SearchLimits { budget_bytes: budget, margin_bytes: capacity / 10, max_batch: u64::MAX / 4, tolerance: 0 };
+    let mut strategy = build(StrategyKind::Vramprobe);
+    let (probes, result) = drive(strategy.as_mut(), &limits, 100, observe);
+    let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
+    assert_eq!((result.max_batch, result.exact), (true_max, true), "{batches:?}");
+    // Never an out-of-memory probe (no reading) right below another one.
+    let ooms: Vec<u64> = probes.iter().filter(|p| p.observation.peak_bytes().is_none()).map(|p| p.batch).collect();
+    assert!(!ooms.windows(2).any(|w| w[1] + 1 == w[0]), "crawled down from an OOM: {batches:?}");
+    assert!(probes.len() <= 10, "{} trials: {batches:?}", probes.len());
+}
