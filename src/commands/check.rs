@@ -85,6 +85,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     };
     let exe = std::env::current_exe().context("locating the vramprobe binary to run the check")?;
     let trial = runner::run_trial(&exe, 1, &spec, Duration::from_secs(args.trial_timeout), |_| {});
+    // Ctrl-C or SIGTERM killed the check's trial: no verdict, exit 130/143.
+    crate::interrupt::check()?;
 
     let capacity = args
         .capacity
