@@ -24,10 +24,7 @@ impl Status {
     pub fn new(quiet: bool, len: Option<u64>, template: &str) -> Status {
         let live = !quiet && std::io::stderr().is_terminal();
         let bar = live.then(|| {
-            let bar = match len {
-                Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr()),
-                None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
-            };
+            let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::stderr());
             let template = if colours() {
                 template.replace("{bar}", "{bar:30.cyan/blue}")
             } else {

@@ -6,6 +6,7 @@
 //! readings, "fit" lines come from the memory line, and capacity and budget
 //! are the analysis' numbers.
 use anyhow::{anyhow, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -73,19 +74,52 @@ fn svg(draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<()>) -> Resu
     Ok(text)
 }
 
+/// A chart on plain f64 axes, as every plot here draws.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A chart against the batch, in the look the sweep's plots share: a
+/// caption, whole-number batch ticks, and `y_desc` on the value axis.
+fn batch_chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: String,
+    x_max: f64,
+    y_max: f64,
+    y_desc: &str,
+) -> Result<Chart<'a, 'b>> {
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FONT, 20))
+        .margin(18)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("batch (samples per step)")
+        .y_desc(y_desc)
+        .axis_desc_style((FONT, 16))
+        .label_style((FONT, 13))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| tick(*y))
+        .draw()
+        .map_err(plot_err)?;
+    Ok(chart)
+}
+
+/// The legend, bottom right (where a rising curve leaves room), on a pale box.
+fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, font_size: u32) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font((FONT, font_size))
+        .background_style(WHITE.mix(0.85))
+        .border_style(GREY)
+        .draw()
+        .map_err(plot_err)
+}
+
 /// A vertical marker across the plot at `x`, labelled at the top.
-fn marker<DB: DrawingBackend>(
-    chart: &mut ChartContext<
-        '_,
-        DB,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
-    x: f64,
-    y_top: f64,
-    label: String,
-    color: RGBColor,
-    row: usize,
-) -> Result<()> {
+fn marker(chart: &mut Chart<'_, '_>, x: f64, y_top: f64, label: String, color: RGBColor, row: usize) -> Result<()> {
     chart
         .draw_series(DashedLineSeries::new(vec![(x, 0.0), (x, y_top)], 6, 4, color.stroke_width(2)))
         .map_err(plot_err)?;
@@ -136,23 +170,7 @@ pub fn memory_svg(report: &Report) -> Result<String> {
         crate::units::format_input(&report.workload.input)
     );
     svg(|root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 20))
-            .margin(18)
-            .x_label_area_size(50)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("batch (samples per step)")
-            .y_desc(format!("memory ({})", unit.name))
-            .axis_desc_style((FONT, 16))
-            .label_style((FONT, 13))
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| tick(*y))
-            .draw()
-            .map_err(plot_err)?;
+        let mut chart = batch_chart(root, title, x_max, y_max, &format!("memory ({})", unit.name))?;
 
         if let Some(f) = a.and_then(|a| a.fit) {
             let line: Vec<(f64, f64)> =
@@ -211,14 +229,7 @@ pub fn memory_svg(report: &Report) -> Result<String> {
                 marker(&mut chart, f.batch as f64, y_max, format!("fastest {}", f.batch), ORANGE, 1)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(GREY)
-            .draw()
-            .map_err(plot_err)?;
+        legend(&mut chart, 14)?;
         if budget.is_none() {
             if let Some(b) = a.map(|a| a.budget).filter(|b| b.capacity_bytes > 0) {
                 root.draw(&Text::new(
@@ -271,23 +282,7 @@ pub fn throughput_svg(report: &Report) -> Result<String> {
     let y_max = points.iter().chain(&over).map(|p| p.1).fold(1.0, f64::max) * 1.25;
     let title = format!("{}: training throughput against the batch (measured)", report.workload.model);
     svg(|root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 20))
-            .margin(18)
-            .x_label_area_size(50)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("batch (samples per step)")
-            .y_desc("throughput (samples/s)")
-            .axis_desc_style((FONT, 16))
-            .label_style((FONT, 13))
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| tick(*y))
-            .draw()
-            .map_err(plot_err)?;
+        let mut chart = batch_chart(root, title, x_max, y_max, "throughput (samples/s)")?;
         chart
             .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
             .map_err(plot_err)?
@@ -328,14 +323,7 @@ pub fn throughput_svg(report: &Report) -> Result<String> {
                 row,
             )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(GREY)
-            .draw()
-            .map_err(plot_err)?;
+        legend(&mut chart, 14)?;
         Ok(())
     })
 }
@@ -537,14 +525,7 @@ pub fn train_svg(rows: &[TrainRow]) -> Result<String> {
                 .label("OOM back-off")
                 .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], RED.stroke_width(2)));
         }
-        lower
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(GREY)
-            .draw()
-            .map_err(plot_err)?;
+        legend(&mut lower, 13)?;
         Ok(())
     })
 }
