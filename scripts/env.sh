@@ -11,6 +11,7 @@
 #   VRAMPROBE_PYTHON    python used to create the cache's virtualenv (python3)
 
 VRAMPROBE_TORCH_VERSION="${VRAMPROBE_TORCH_VERSION:-2.13.0}"
+_vp_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 _vp_fail() {
   echo "vramprobe bootstrap: $*" >&2
@@ -34,17 +35,39 @@ _vp_install_torch() {
     _vp_fail "only $((avail_kb / 1024)) MiB free under $(dirname "$venv"); torch==$VRAMPROBE_TORCH_VERSION needs about 5 GiB (set VRAMPROBE_CACHE elsewhere)"
     return 1
   fi
-  echo "vramprobe bootstrap: installing torch==$VRAMPROBE_TORCH_VERSION (libtorch, about 4.7 GB) into $venv; this happens once" >&2
+  echo "vramprobe bootstrap: downloading torch==$VRAMPROBE_TORCH_VERSION from PyPI (libtorch with its CUDA libraries, about 4.7 GB installed; it runs without a GPU too) into $venv" >&2
+  echo "vramprobe bootstrap: this happens once and takes about 2 minutes; later runs and the tests reuse it" >&2
   rm -rf "$venv"
   "$py" -m venv "$venv" || _vp_fail "could not create a virtualenv at $venv (is python3-venv installed?)" || return 1
-  local log="$venv/install.log"
-  if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
-      "torch==$VRAMPROBE_TORCH_VERSION" >"$log" 2>&1; then
+  local log="$venv/install.log" start=$SECONDS status=0
+  if [ -t 2 ]; then
+    # On a terminal, pip's own progress bars show the download.
+    "$venv/bin/python" -m pip install --disable-pip-version-check --no-input \
+      "torch==$VRAMPROBE_TORCH_VERSION" 2>&1 | tee "$log" >&2 || status=$?
+  else
+    "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --progress-bar off \
+      "torch==$VRAMPROBE_TORCH_VERSION" >"$log" 2>&1 || status=$?
+  fi
+  if [ "$status" -ne 0 ]; then
     tail -n 5 "$log" >&2
     _vp_fail "pip could not install torch==$VRAMPROBE_TORCH_VERSION (registry unreachable or disk full?); full log: $log"
     return 1
   fi
   touch "$venv/.complete"
+  echo "vramprobe bootstrap: torch installed in $((SECONDS - start)) s ($(du -sh "$venv" 2>/dev/null | cut -f1) in $venv)" >&2
+}
+
+# Builds vramprobe in the given profile. The first build compiles about 200
+# crates and the C++ shim: it says so and shows cargo's progress; later
+# builds are incremental and quiet.
+vramprobe_build() {
+  local profile="${1:-release}" target="${CARGO_TARGET_DIR:-$_vp_root/target}"
+  if [ -x "$target/$profile/vramprobe" ]; then
+    cargo build --profile "$profile" --quiet --manifest-path "$_vp_root/Cargo.toml"
+  else
+    echo "vramprobe: building vramprobe ($profile, about 4 minutes on 2 cores the first time) into $target" >&2
+    cargo build --profile "$profile" --manifest-path "$_vp_root/Cargo.toml"
+  fi
 }
 
 vramprobe_bootstrap() {

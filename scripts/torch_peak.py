@@ -1,7 +1,8 @@
-"""The PyTorch side of ./scripts/parity: a torchvision model trained on the
-CPU with Adam (PyTorch's default single-tensor path there), and its peak
-bytes per training step from the profiler's memory events (the same
-allocations vramprobe's host tracker counts). Prints one JSON object."""
+"""The PyTorch side of ./scripts/parity: a torchvision model (or, with
+--torchscript FILE, a TorchScript model file) trained on the CPU with Adam
+(PyTorch's default single-tensor path there), and its peak bytes per
+training step from the profiler's memory events (the same allocations
+vramprobe's host tracker counts). Prints one JSON object."""
 import argparse
 import json
 
@@ -9,7 +10,6 @@ import os
 import sys
 
 import torch
-import torchvision
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt import GPT  # noqa: E402
@@ -19,6 +19,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
+    p.add_argument("--torchscript", metavar="FILE", help="train this TorchScript file (--model only names it)")
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--input", default="3x224x224")
     p.add_argument("--classes", type=int, default=1000)
@@ -31,13 +32,17 @@ def main():
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         kwargs = {"init_weights": False} if a.model == "inception_v3" else {}
         tokens = a.model.startswith("gpt")
-        if tokens:
+        if a.torchscript:
+            model = torch.jit.load(a.torchscript).train(a.mode == "train")
+        elif tokens:
             model = GPT(a.model, a.classes).train(a.mode == "train")
         else:
+            import torchvision  # only the torchvision models need it
+
             model = getattr(torchvision.models, a.model)(num_classes=a.classes, **kwargs)
             model = model.train(a.mode == "train")
         if a.precision == "bf16":
-            model = model.bfloat16()
+            model = model.to(torch.bfloat16)
         params = model.parameters()
         amp = {"fp16-amp": torch.float16, "bf16-amp": torch.bfloat16}.get(a.precision)
         # GradScaler's scale does not change memory; 1 never skips a step (as vramprobe's sweep).

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::FitBasis;
 use crate::device::Device;
-use crate::fit::Budget;
+use crate::fit::{Budget, LinearFit};
 use crate::search::{self, synthetic, Observation, Probe, SearchLimits, StrategyKind};
 use crate::sweep::{observe, runner};
 use crate::trial::TrialSpec;
@@ -28,6 +28,7 @@ use crate::workload::{OptimizerKind, WorkloadConfig};
 pub const STEPS_PER_TRIAL: u32 = 3;
 const MAX_TRIALS: usize = 64;
 const MARGIN: f64 = 0.10;
+const TRIAL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One row of bench/search.csv.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,6 +36,11 @@ pub struct BenchRow {
     pub case: String,
     /// `real` (CPU measurements) or `synthetic` (a modelled curve).
     pub kind: String,
+    /// Where a real case was measured (CPU model and threads); empty for a
+    /// synthetic curve.
+    pub machine: String,
+    /// The capacity a real case ran under, chosen on that machine.
+    pub capacity_bytes: Option<u64>,
     pub strategy: String,
     pub trials: usize,
     pub steps: u64,
@@ -46,39 +52,51 @@ pub struct BenchRow {
     pub would_oom: bool,
 }
 
-/// A real case: a built-in model under a capacity.
+/// A real case: a built-in model, and the max its capacity is chosen for.
 #[derive(Debug, Clone)]
 pub struct RealCase {
     pub model: &'static str,
     pub input: [i64; 3],
     pub optimizer: OptimizerKind,
-    pub capacity_bytes: u64,
+    /// The max the capacity is derived for on the machine at hand: the same
+    /// step peaks differently on other CPUs, so no capacity is fixed.
+    pub target_max: u64,
+}
+
+impl RealCase {
+    pub fn name(&self) -> String {
+        format!("{}-{}-{}", self.model, crate::units::format_input(&self.input), self.optimizer.name())
+    }
+
+    fn spec(&self, batch: u64, cpu_limit: Option<u64>) -> TrialSpec {
+        TrialSpec {
+            workload: WorkloadConfig {
+                model: self.model.into(),
+                input: self.input.to_vec(),
+                classes: 10,
+                optimizer: self.optimizer,
+                lr: 1e-3,
+                precision: Default::default(),
+                mode: Default::default(),
+            },
+            device: Device::Cpu,
+            batch,
+            steps: STEPS_PER_TRIAL,
+            cpu_limit,
+            cuda_memory_fraction: None,
+        }
+    }
 }
 
 /// The real cases: small inputs so that an exhaustive scan is affordable on
-/// two cores, capacities that put the true max between 30 and 1000.
+/// two cores, with true maxima between 30 and 1000 on any machine.
 pub fn real_cases() -> Vec<RealCase> {
-    const MIB: u64 = 1 << 20;
+    let case = |model, input, optimizer, target_max| RealCase { model, input, optimizer, target_max };
     vec![
-        RealCase { model: "resnet18", input: [3, 32, 32], optimizer: OptimizerKind::Sgd, capacity_bytes: 185 * MIB },
-        RealCase {
-            model: "mobilenet_v2",
-            input: [3, 32, 32],
-            optimizer: OptimizerKind::Sgd,
-            capacity_bytes: 230 * MIB,
-        },
-        RealCase {
-            model: "squeezenet1_1",
-            input: [3, 64, 64],
-            optimizer: OptimizerKind::Adam,
-            capacity_bytes: 103 * MIB,
-        },
-        RealCase {
-            model: "efficientnet_b0",
-            input: [3, 32, 32],
-            optimizer: OptimizerKind::Adamw,
-            capacity_bytes: 200 * MIB,
-        },
+        case("resnet18", [3, 32, 32], OptimizerKind::Sgd, 90),
+        case("mobilenet_v2", [3, 32, 32], OptimizerKind::Sgd, 60),
+        case("squeezenet1_1", [3, 64, 64], OptimizerKind::Adam, 70),
+        case("efficientnet_b0", [3, 32, 32], OptimizerKind::Adamw, 40),
     ]
 }
 
@@ -89,10 +107,17 @@ fn cost(probes: &[Probe]) -> (u64, u64) {
     })
 }
 
+/// Where a case ran: the machine and its capacity, or neither (synthetic).
+struct Setting<'a> {
+    kind: &'a str,
+    machine: &'a str,
+    capacity_bytes: Option<u64>,
+}
+
 /// Runs every strategy against one oracle.
 fn compare(
     case: &str,
-    kind: &str,
+    setting: &Setting,
     true_max: u64,
     limits: &SearchLimits,
     mut oracle: impl FnMut(u64) -> Observation,
@@ -105,7 +130,9 @@ fn compare(
             let (steps, samples) = cost(&probes);
             BenchRow {
                 case: case.into(),
-                kind: kind.into(),
+                kind: setting.kind.into(),
+                machine: setting.machine.into(),
+                capacity_bytes: setting.capacity_bytes,
                 strategy: strategy.name().into(),
                 trials: probes.len(),
                 steps,
@@ -128,15 +155,19 @@ pub fn synthetic_rows() -> Vec<BenchRow> {
                 max_batch: u64::MAX / 4,
                 tolerance: 0,
             };
-            compare(&case.name, "synthetic", case.true_max(), &limits, |b| case.observe(b))
+            let setting = Setting { kind: "synthetic", machine: "", capacity_bytes: None };
+            compare(&case.name, &setting, case.true_max(), &limits, |b| case.observe(b))
         })
         .collect()
 }
 
-/// One real measurement, as kept in `bench/real-measurements.csv`.
+/// One real measurement, as kept in `bench/real-measurements.csv`: reused
+/// only on the same machine under the same capacity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
     pub case: String,
+    pub machine: String,
+    pub capacity_bytes: u64,
     pub batch: u64,
     /// fits, too_big (out of memory or over budget) or failed.
     pub observation: String,
@@ -168,23 +199,8 @@ impl RealOracle<'_> {
         if let Some(o) = self.seen.get(&batch) {
             return o.clone();
         }
-        let spec = TrialSpec {
-            workload: WorkloadConfig {
-                model: self.case.model.into(),
-                input: self.case.input.to_vec(),
-                classes: 10,
-                optimizer: self.case.optimizer,
-                lr: 1e-3,
-                precision: Default::default(),
-                mode: Default::default(),
-            },
-            device: Device::Cpu,
-            batch,
-            steps: STEPS_PER_TRIAL,
-            cpu_limit: Some(self.case.capacity_bytes),
-            cuda_memory_fraction: None,
-        };
-        let trial = runner::run_trial(self.exe, 0, &spec, Duration::from_secs(600), |_| {});
+        let spec = self.case.spec(batch, Some(self.budget.capacity_bytes));
+        let trial = runner::run_trial(self.exe, 0, &spec, TRIAL_TIMEOUT, |_| {});
         let o = observe(&trial, &self.budget, FitBasis::PeakAllocated);
         (self.progress)(&format!(
             "  {} batch {batch}: {}",
@@ -196,19 +212,42 @@ impl RealOracle<'_> {
     }
 }
 
-/// Runs the real cases. `recorded` measurements are reused instead of
-/// measured again; every measurement used is returned for recording.
+/// The capacity that puts `case`'s max at its target on this machine: its
+/// memory line through two unconstrained trials, measured here.
+fn derive_capacity(exe: &Path, case: &RealCase) -> Result<u64> {
+    let (low, high) = (case.target_max / 4, case.target_max / 2);
+    let mut points = Vec::new();
+    for batch in [low, high] {
+        let trial = runner::run_trial(exe, 0, &case.spec(batch, None), TRIAL_TIMEOUT, |_| {});
+        match FitBasis::PeakAllocated.peak(&trial) {
+            Some(peak) if trial.outcome == crate::record::Outcome::Fits => points.push((batch, peak)),
+            _ => bail!("{}: measuring batch {batch} failed: {}", case.name(), trial.message.unwrap_or_default()),
+        }
+    }
+    Ok(LinearFit::fit(&points)?.capacity_for_max(case.target_max, MARGIN))
+}
+
+/// Runs the real cases on this machine (`machine` names it in the rows).
+/// `recorded` measurements of the same machine and capacity are reused
+/// instead of measured again; every measurement used is returned.
 pub fn real_rows(
     exe: &Path,
+    machine: &str,
     recorded: &[Measurement],
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<BenchRow>, Vec<Measurement>)> {
     let mut rows = Vec::new();
     let mut measured = Vec::new();
     for case in real_cases() {
-        let name = format!("{}-{}-{}", case.model, crate::units::format_input(&case.input), case.optimizer.name());
-        let budget = Budget::new(case.capacity_bytes, MARGIN, 0);
-        let seen = recorded.iter().filter(|m| m.case == name).map(|m| (m.batch, m.observation())).collect();
+        let name = case.name();
+        let capacity = derive_capacity(exe, &case)?;
+        progress(&format!("{name}: capacity {capacity} bytes on {machine} (for a max near {})", case.target_max));
+        let budget = Budget::new(capacity, MARGIN, 0);
+        let seen = recorded
+            .iter()
+            .filter(|m| m.case == name && m.machine == machine && m.capacity_bytes == capacity)
+            .map(|m| (m.batch, m.observation()))
+            .collect();
         let mut oracle = RealOracle { exe, case: &case, budget, seen, progress: &mut *progress };
         // The truth, independently of every strategy: every batch from 1 up.
         let mut true_max = 0;
@@ -220,7 +259,7 @@ pub fn real_rows(
             }
         }
         if !(30..=1000).contains(&true_max) {
-            bail!("{name}: the capacity gives a true max of {true_max}, outside 30..1000");
+            bail!("{name}: the capacity derived on {machine} gives a true max of {true_max}, outside 30..1000");
         }
         let limits = SearchLimits {
             budget_bytes: budget.budget_bytes,
@@ -228,7 +267,8 @@ pub fn real_rows(
             max_batch: u64::MAX / 4,
             tolerance: 0,
         };
-        rows.extend(compare(&name, "real", true_max, &limits, |b| oracle.observe(b)));
+        let setting = Setting { kind: "real", machine, capacity_bytes: Some(capacity) };
+        rows.extend(compare(&name, &setting, true_max, &limits, |b| oracle.observe(b)));
         for (batch, o) in &oracle.seen {
             let observation = match o {
                 Observation::Fits { .. } => "fits",
@@ -237,6 +277,8 @@ pub fn real_rows(
             };
             measured.push(Measurement {
                 case: name.clone(),
+                machine: machine.into(),
+                capacity_bytes: capacity,
                 batch: *batch,
                 observation: observation.into(),
                 peak_allocated_bytes: o.peak_bytes(),
@@ -294,8 +336,10 @@ pub fn format_table(rows: &[BenchRow]) -> String {
         if subset.is_empty() {
             continue;
         }
-        let label =
-            if kind == "synthetic" { "SYNTHETIC curves (modelled, not measured)" } else { "real CPU measurements" };
+        let label = match subset[0].machine.as_str() {
+            _ if kind == "synthetic" => "SYNTHETIC curves (modelled, not measured)".to_string(),
+            machine => format!("real CPU measurements on {machine}"),
+        };
         out.push_str(&format!("{label}: {} cases\n", subset.len() / StrategyKind::ALL.len()));
         let summary = summarize(&subset);
         let base = summary.iter().find(|s| s.strategy == StrategyKind::LightningBinsearch.name()).cloned();
@@ -390,24 +434,27 @@ mod replay {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/real-measurements.csv");
         let recorded: Vec<Measurement> =
             csv::Reader::from_path(path).unwrap().deserialize().collect::<Result<_, _>>().unwrap();
-        for case in real_cases() {
-            let name = format!("{}-{}-{}", case.model, crate::units::format_input(&case.input), case.optimizer.name());
-            let budget = Budget::new(case.capacity_bytes, MARGIN, 0);
+        let mut runs: BTreeMap<(String, String, u64), BTreeMap<u64, Observation>> = BTreeMap::new();
+        for m in &recorded {
+            runs.entry((m.case.clone(), m.machine.clone(), m.capacity_bytes))
+                .or_default()
+                .insert(m.batch, m.observation());
+        }
+        for ((name, machine, capacity), seen) in runs {
+            let budget = Budget::new(capacity, MARGIN, 0);
             let limits = SearchLimits {
                 budget_bytes: budget.budget_bytes,
                 margin_bytes: (budget.capacity_bytes as f64 * MARGIN) as u64,
                 max_batch: u64::MAX / 4,
                 tolerance: 0,
             };
-            let seen: BTreeMap<u64, Observation> =
-                recorded.iter().filter(|m| m.case == name).map(|m| (m.batch, m.observation())).collect();
             let mut s = search::build(StrategyKind::Vramprobe);
             let (probes, result) = search::drive(s.as_mut(), &limits, 20, |b| {
                 seen.get(&b).cloned().unwrap_or(Observation::Failed { message: format!("batch {b} not recorded") })
             });
             let seq: Vec<String> =
                 probes.iter().map(|p| format!("{}{}", p.batch, if p.observation.fits() { "+" } else { "-" })).collect();
-            println!("{name}: {} -> {} {:?}", seq.join(" "), result.max_batch, result.notes);
+            println!("{name} on {machine}: {} -> {} {:?}", seq.join(" "), result.max_batch, result.notes);
         }
     }
 }

@@ -13,7 +13,18 @@ pub struct Environment {
     pub cuda_driver_version: Option<String>,
     pub os: String,
     pub hostname: String,
+    /// The CPU's model name: CPU peaks differ between CPU families (oneDNN
+    /// picks other kernels and workspaces), so every CPU figure names it.
+    #[serde(default)]
+    pub cpu_model: String,
     pub cpu_threads: usize,
+}
+
+impl Environment {
+    /// The machine in words, e.g. "AMD EPYC, 2 threads".
+    pub fn machine(&self) -> String {
+        format!("{}, {} threads", self.cpu_model, self.cpu_threads)
+    }
 }
 
 fn uname() -> (String, String) {
@@ -38,6 +49,7 @@ pub fn capture() -> Environment {
         cuda_driver_version: versions.cuda_driver,
         os,
         hostname,
+        cpu_model: crate::device::cpu::model_name(),
         cpu_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     }
 }

@@ -21,6 +21,15 @@ impl fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// `file:line` for an error in an input file, or the file alone for one
+/// about the whole file (line 0: unreadable, empty, or no such row).
+pub fn file_line(path: &std::path::Path, line: u64) -> String {
+    match line {
+        0 => path.display().to_string(),
+        n => format!("{}:{n}", path.display()),
+    }
+}
+
 /// The exit code for an error that reached `main`.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     if let Some(i) = err.chain().find_map(|e| e.downcast_ref::<crate::interrupt::Interrupted>()) {

@@ -120,6 +120,16 @@ impl LinearFit {
         }
         Some((room / self.per_sample_bytes).floor() as u64)
     }
+
+    /// A capacity under which this line's largest batch is `target` with the
+    /// given margin: the budget sits half a sample past `target`'s predicted
+    /// peak, so a measured curve slightly off the line still lands there.
+    /// Tests and the benchmark choose their capacities this way, from a
+    /// measurement on the machine at hand, never from a constant.
+    pub fn capacity_for_max(&self, target: u64, margin_fraction: f64) -> u64 {
+        let budget = self.predict(target) + 0.5 * self.per_sample_bytes.max(0.0);
+        Budget::capacity_for(budget.max(0.0).ceil() as u64, margin_fraction)
+    }
 }
 
 /// What the peak must stay under: capacity minus the safety margin minus
@@ -143,6 +153,17 @@ impl Budget {
             non_pytorch_bytes,
             budget_bytes: capacity_bytes.saturating_sub(margin).saturating_sub(non_pytorch_bytes),
         }
+    }
+
+    /// The smallest capacity whose budget (nothing outside PyTorch) is at
+    /// least `budget_bytes`: the inverse of [`Budget::new`].
+    pub fn capacity_for(budget_bytes: u64, margin_fraction: f64) -> u64 {
+        let mut capacity = (budget_bytes as f64 / (1.0 - margin_fraction)).floor() as u64;
+        // Float rounding of the margin can leave the first guess a byte short.
+        while Budget::new(capacity, margin_fraction, 0).budget_bytes < budget_bytes {
+            capacity += 1;
+        }
+        capacity
     }
 
     /// Bytes left free on the device when the peak is `peak_bytes`.
@@ -232,6 +253,39 @@ mod tests {
         let fit = LinearFit::fit(&[(1, 500), (8, 500)]).unwrap();
         assert_eq!(fit.r2, 1.0);
         assert_eq!(fit.max_batch_within(10_000), None);
+    }
+
+    #[test]
+    fn a_capacity_chosen_from_a_line_gives_that_max_on_any_machine() {
+        // The same step measured on two CPU families differs in both terms
+        // (here: resnet18 3x32x32 SGD lines from an Intel and an AMD machine,
+        // and both scaled far off); the derived capacity follows the line.
+        let lines = [(134_327_936.0, 241_712.0), (182_000_000.0, 1_191_568.0), (1.0e6, 3000.0), (5.0e9, 9.9e7)];
+        for (fixed, per_sample) in lines {
+            for scale in [0.5, 1.0, 1.7] {
+                let fit =
+                    LinearFit { fixed_bytes: fixed * scale, per_sample_bytes: per_sample * scale, r2: 1.0, points: 2 };
+                for (target, margin) in [(1, 0.0), (50, 0.10), (300, 0.25)] {
+                    let capacity = fit.capacity_for_max(target, margin);
+                    let budget = Budget::new(capacity, margin, 0).budget_bytes;
+                    assert_eq!(fit.max_batch_within(budget), Some(target), "{fit:?} {target} {margin}");
+                    // A measured peak a quarter sample off the line still lands on the target.
+                    for off in [-0.25, 0.25] {
+                        let shifted = LinearFit { fixed_bytes: fit.fixed_bytes + off * fit.per_sample_bytes, ..fit };
+                        assert_eq!(shifted.max_batch_within(budget), Some(target), "{shifted:?} {target}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn capacity_for_is_the_inverse_of_the_budget() {
+        for (budget, margin) in [(0, 0.1), (850, 0.10), (123_456_789, 0.15), (7, 0.99)] {
+            let capacity = Budget::capacity_for(budget, margin);
+            assert!(Budget::new(capacity, margin, 0).budget_bytes >= budget);
+            assert!(capacity == 0 || Budget::new(capacity - 1, margin, 0).budget_bytes < budget);
+        }
     }
 
     #[test]

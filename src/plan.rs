@@ -17,7 +17,7 @@ pub const REQUIRED: [&str; 7] =
 
 /// A plan file that cannot be used, with where and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}:{line}: {}{message}", .path.display(), .column.as_ref().map(|c| format!("column {c}: ")).unwrap_or_default())]
+#[error("{}: {}{message}", crate::error::file_line(.path, *.line), .column.as_ref().map(|c| format!("column {c}: ")).unwrap_or_default())]
 pub struct PlanError {
     pub path: PathBuf,
     pub line: u64,

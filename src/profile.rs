@@ -14,7 +14,7 @@ use crate::workload::OptimizerKind;
 
 /// A profile file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}:{line}: {}{message}", .path.display(), .field.as_ref().map(|f| format!("field {f}: ")).unwrap_or_default())]
+#[error("{}: {}{message}", crate::error::file_line(.path, *.line as u64), .field.as_ref().map(|f| format!("field {f}: ")).unwrap_or_default())]
 pub struct ProfileError {
     pub path: PathBuf,
     pub line: usize,

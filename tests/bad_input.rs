@@ -147,38 +147,45 @@ fn malformed_options_of_every_command_are_usage_errors() {
     let plan = dir.path().join("plan.csv");
     std::fs::write(&plan, format!("{HEADER}\n2,squeezenet1_1,3x32x32,10,cpu,sgd,2\n")).unwrap();
     let p = plan.to_str().unwrap();
-    let cases: Vec<Vec<&str>> = vec![
-        vec!["train", "--plan", p, "--target-batch", "0"],
-        vec!["train", "--plan", p, "--target-batch", "lots"],
-        vec!["train", "--plan", p, "--steps", "-1"],
-        vec!["train", "--plan", p, "--steps", "1", "--epochs", "1"],
-        vec!["train", "--plan", p, "--row", "0"],
-        vec!["train", "--plan", p, "--row", "5"],
-        vec!["train", "--plan", p, "--log-every", "0"],
-        vec!["train", "--plan", p, "--capacity", "lots"],
-        vec!["train", "--plan", p, "--lr", "fast"],
-        vec!["train", "--plan", p, "--device", "gpu"],
-        vec!["train", "--plan", p, "--checkpoint-every", "5"],
-        vec!["train", "--plan", p, "--resume", "/no/such.ckpt"],
-        vec!["train", "--plan", p, "--data", "/no/such/cifar"],
-        vec!["train", "--plan", "/no/such/plan.csv"],
-        vec!["check", "--plan", p, "--batch", "0"],
-        vec!["check", "--model", "resnet18"],
-        vec!["check", "--plan", p, "--row", "9"],
-        vec!["plan", "--from", "/no/such/report.json", "--gpu", "rtx3070"],
-        vec!["plan", "--from", p, "--gpu", "rtx9999"],
-        vec!["report", "/no/such/run"],
-        vec!["completions", "powershell7"],
-        vec!["sweep", "--model", "resnet18", "--seq-len", "128"],
-        vec!["sweep", "--model", "gpt-nano", "--seq-lens", "64,x"],
-        vec!["sweep", "--model", "gpt-nano", "--precision", "fp8"],
-        vec!["sweep", "--model", "gpt-nano", "--mode", "infer"],
+    // Each case names what is wrong, so that it cannot pass for another reason.
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["train", "--plan", p, "--target-batch", "0"], "invalid batch size 0"),
+        (vec!["train", "--plan", p, "--target-batch", "lots"], "invalid batch size 'lots'"),
+        (vec!["train", "--plan", p, "--steps", "-1"], "invalid value '-1' for '--steps"),
+        (
+            vec!["train", "--plan", p, "--steps", "1", "--epochs", "1"],
+            "'--steps <STEPS>' cannot be used with '--epochs",
+        ),
+        (vec!["train", "--plan", p, "--row", "0"], "invalid value '0' for '--row"),
+        (vec!["train", "--plan", p, "--row", "5"], "--row 5: the plan has 1 row(s)"),
+        (vec!["train", "--plan", p, "--log-every", "0"], "invalid value '0' for '--log-every"),
+        (vec!["train", "--plan", p, "--capacity", "lots"], "invalid size 'lots'"),
+        (vec!["train", "--plan", p, "--lr", "fast"], "invalid learning rate 'fast'"),
+        (vec!["train", "--plan", p, "--device", "gpu"], "invalid --device 'gpu'"),
+        (vec!["train", "--plan", p, "--checkpoint-every", "5"], "--checkpoint <CHECKPOINT>"),
+        (vec!["train", "--plan", p, "--resume", "/no/such.ckpt"], "/no/such.ckpt: not a readable vramprobe checkpoint"),
+        (vec!["train", "--plan", p, "--data", "/no/such/cifar"], "reading /no/such/cifar"),
+        (vec!["train", "--plan", "/no/such/plan.csv"], "/no/such/plan.csv: cannot read the plan"),
+        (vec!["check", "--plan", p, "--batch", "0"], "invalid batch size 0"),
+        (vec!["check", "--model", "resnet18"], "check needs --plan FILE, or --model M with --batch B"),
+        (vec!["check", "--plan", p, "--row", "9"], "--row 9: the plan has 1 row(s)"),
+        (vec!["plan", "--from", "/no/such/report.json", "--gpu", "rtx3070"], "/no/such/report.json: cannot read"),
+        (vec!["plan", "--from", p, "--gpu", "rtx3070"], "plan.csv: not a vramprobe report.json"),
+        // The GPU is looked up first, whatever the file: the lookup is what fails.
+        (vec!["plan", "--from", p, "--gpu", "rtx9999"], "no such GPU profile"),
+        (vec!["report", "/no/such/run"], "/no/such/run"),
+        (vec!["completions", "powershell7"], "invalid value 'powershell7'"),
+        (vec!["sweep", "--model", "resnet18", "--seq-len", "128"], "resnet18 is an image model"),
+        (vec!["sweep", "--model", "gpt-nano", "--seq-lens", "64,x"], "invalid sequence length 'x'"),
+        (vec!["sweep", "--model", "gpt-nano", "--precision", "fp8"], "invalid value 'fp8' for '--precision"),
+        (vec!["sweep", "--model", "gpt-nano", "--mode", "infer"], "invalid value 'infer' for '--mode"),
     ];
-    for args in cases {
+    for (args, expected) in cases {
         let out = vramprobe().args(&args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_clean(&stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.starts_with("error:") || stderr.starts_with("Error:"), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: expected '{expected}' in {stderr}");
     }
 }

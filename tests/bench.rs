@@ -19,10 +19,25 @@ fn bench_search_writes_one_labelled_row_per_case_and_strategy() {
 
     let mut reader = csv::Reader::from_path(&csv_path).unwrap();
     let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_string).collect();
-    assert_eq!(header, ["case", "kind", "strategy", "trials", "steps", "samples", "found", "true_max", "would_oom"]);
+    assert_eq!(
+        header,
+        [
+            "case",
+            "kind",
+            "machine",
+            "capacity_bytes",
+            "strategy",
+            "trials",
+            "steps",
+            "samples",
+            "found",
+            "true_max",
+            "would_oom"
+        ]
+    );
     let rows: Vec<vramprobe::bench::BenchRow> = reader.deserialize().collect::<Result<_, _>>().unwrap();
     assert_eq!(rows.len(), vramprobe::search::synthetic::suite().len() * 4);
-    assert!(rows.iter().all(|r| r.kind == "synthetic"));
+    assert!(rows.iter().all(|r| r.kind == "synthetic" && r.machine.is_empty() && r.capacity_bytes.is_none()));
     for r in rows.iter().filter(|r| r.strategy == "vramprobe") {
         assert_eq!(r.found, r.true_max, "{}", r.case);
         assert!(!r.would_oom);

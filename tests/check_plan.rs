@@ -2,47 +2,54 @@
 //! not have, the profiles in profiles/, and `--device all` without a GPU.
 use std::path::Path;
 
-use assert_cmd::Command;
+use common::{capacity_for_max, vramprobe};
 use vramprobe::report::csv::PlanRow;
 
-fn vramprobe() -> Command {
-    Command::cargo_bin("vramprobe").unwrap()
-}
+mod common;
 
-const WORKLOAD: [&str; 8] = ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd"];
+const WORKLOAD: [&str; 10] =
+    ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd", "--device", "cpu"];
 
 #[test]
 fn check_exits_0_when_it_fits_and_3_when_it_does_not() {
-    let fits = vramprobe()
-        .arg("check")
-        .args(WORKLOAD)
-        .args(["--batch", "16", "--capacity", "185MiB", "--device", "cpu"])
-        .output()
-        .unwrap();
-    assert_eq!(fits.status.code(), Some(0), "{}", String::from_utf8_lossy(&fits.stderr));
+    // A capacity half a sample above batch 16's peak as measured here: 16
+    // fits with no margin to spare, 400 (24 times the activations) cannot.
+    let capacity = capacity_for_max(&WORKLOAD, (8, 16), 16, 0.0);
+    let capacity_arg = capacity.to_string();
+    let check = |batch: &str, extra: &[&str]| {
+        vramprobe()
+            .arg("check")
+            .args(WORKLOAD)
+            .args(["--batch", batch, "--capacity", &capacity_arg])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let fits = check("16", &[]);
+    assert_eq!(
+        fits.status.code(),
+        Some(0),
+        "batch 16 under {capacity} bytes: {}",
+        String::from_utf8_lossy(&fits.stderr)
+    );
     let out = String::from_utf8_lossy(&fits.stdout);
     assert!(out.starts_with("FITS: resnet18 3x32x32 at batch 16 on cpu: peak ") && out.contains("headroom"), "{out}");
 
-    let too_big = vramprobe()
-        .arg("check")
-        .args(WORKLOAD)
-        .args(["--batch", "400", "--capacity", "185MiB", "--device", "cpu", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(too_big.status.code(), Some(3), "{}", String::from_utf8_lossy(&too_big.stderr));
+    let too_big = check("400", &["--json"]);
+    assert_eq!(
+        too_big.status.code(),
+        Some(3),
+        "batch 400 under {capacity} bytes: {}",
+        String::from_utf8_lossy(&too_big.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&too_big.stdout).unwrap();
     assert_eq!(
         (v["verdict"].as_str(), v["exit_code"].as_i64(), v["capacity_bytes"].as_u64()),
-        (Some("wont_fit"), Some(3), Some(185 << 20))
+        (Some("wont_fit"), Some(3), Some(capacity))
     );
     assert!(v["message"].as_str().unwrap().contains("out of memory"), "{v}");
 
-    let quiet = vramprobe()
-        .arg("check")
-        .args(WORKLOAD)
-        .args(["--batch", "400", "--capacity", "185MiB", "--device", "cpu", "--quiet"])
-        .output()
-        .unwrap();
+    let quiet = check("400", &["--quiet"]);
     assert_eq!(quiet.status.code(), Some(3));
     assert!(quiet.stdout.is_empty());
 
@@ -57,7 +64,7 @@ fn plan_predicts_gpus_and_its_rows_are_accepted_by_check() {
     let sweep = vramprobe()
         .arg("sweep")
         .args(WORKLOAD)
-        .args(["--device", "cpu", "--batches", "16,32,48", "--quiet", "--out"])
+        .args(["--batches", "16,32,48", "--quiet", "--out"])
         .arg(&run)
         .output()
         .unwrap();
@@ -80,13 +87,28 @@ fn plan_predicts_gpus_and_its_rows_are_accepted_by_check() {
     let bigger: Vec<u64> = rows.iter().map(|r| r.max_batch).collect();
     assert!(bigger[11] > bigger[2], "an 80 GB A100 holds more than an 8 GB RTX 3070");
 
-    // check takes a plan row: the RTX 3070 prediction, on this CPU limited to 8 GiB.
+    // check takes a plan row: the RTX 3070 prediction, on this CPU limited to
+    // a capacity where that row's own line allows batch 16 at most. The row's
+    // batch (sized for 8 GiB) runs out of memory here, and the verdict quotes
+    // the line's max.
+    let row = &rows[2];
+    let line = vramprobe::fit::LinearFit {
+        fixed_bytes: row.fixed_bytes.unwrap() as f64,
+        per_sample_bytes: row.per_sample_bytes.unwrap() as f64,
+        r2: 1.0,
+        points: 2,
+    };
+    assert!(row.recommended_batch > 16, "an 8 GB card holds more than batch 16: {row:?}");
+    let capacity = line.capacity_for_max(16, common::DEFAULT_MARGIN).to_string();
     let check = vramprobe()
-        .args(["check", "--row", "3", "--device", "cpu", "--capacity", "8GiB", "--plan"])
+        .args(["check", "--row", "3", "--device", "cpu", "--json", "--capacity", &capacity, "--plan"])
         .arg(run.join("plan-gpus.csv"))
         .output()
         .unwrap();
-    assert!(matches!(check.status.code(), Some(0) | Some(3)), "{}", String::from_utf8_lossy(&check.stderr));
+    assert_eq!(check.status.code(), Some(3), "{}", String::from_utf8_lossy(&check.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert_eq!((v["batch"].as_u64(), v["max_batch_from_fit"].as_u64()), (Some(row.recommended_batch), Some(16)), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("allows batch 16 at most"), "{v}");
 
     let bad = vramprobe().args(["plan", "--gpu", "rtx9999", "--from"]).arg(run.join("report.json")).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));

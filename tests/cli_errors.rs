@@ -86,6 +86,10 @@ fn cuda_without_a_gpu_is_a_usage_error() {
 fn a_model_that_does_not_fit_at_batch_1_says_so_with_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
+    // From the data types, on any machine: resnet18's 11,689,512 f32
+    // parameters with their gradients and Adam's two moments need 4 x 46.8 MB
+    // before any activation; the capacity holds 3 x.
+    let capacity = (11_689_512u64 * 4 * 3).to_string();
     let err = fails(
         &[
             "sweep",
@@ -96,7 +100,7 @@ fn a_model_that_does_not_fit_at_batch_1_says_so_with_numbers() {
             "--device",
             "cpu",
             "--capacity",
-            "150MiB",
+            &capacity,
             "--out",
             out.to_str().unwrap(),
             "--quiet",
@@ -105,7 +109,8 @@ fn a_model_that_does_not_fit_at_batch_1_says_so_with_numbers() {
     );
     assert!(err.contains("resnet18 does not fit even at batch 1 on cpu"), "{err}");
     // On the CPU --capacity is a real limit: batch 1 runs out of memory inside libtorch.
-    assert!(err.contains("out of memory") && err.contains("capacity 150.00 MiB"), "{err}");
+    let shown = format!("capacity {}", vramprobe::units::human_bytes(11_689_512.0 * 4.0 * 3.0));
+    assert!(err.contains("out of memory") && err.contains(&shown), "{err}");
     // What was measured is still written.
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["status"], "failed");

@@ -3,10 +3,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 #[test]
 fn the_gpu_check_script_dry_runs_on_the_cpu() {
     let Ok(libtorch) = std::env::var("LIBTORCH") else {
-        eprintln!("skipped: LIBTORCH is not set (run through ./scripts/test)");
+        common::skip("the_gpu_check_script_dry_runs_on_the_cpu", "LIBTORCH is not set (run through ./scripts/test)");
         return;
     };
     let python = PathBuf::from(libtorch).join("../../../../bin/python");

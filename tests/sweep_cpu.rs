@@ -2,26 +2,17 @@
 //! output files that parse back with stable headers.
 use std::path::Path;
 
-use assert_cmd::Command;
+use common::{capacity_for_max, trial, vramprobe, DEFAULT_MARGIN};
 use vramprobe::record::{Message, Outcome, StepRecord};
 use vramprobe::report::csv::{PlanRow, SweepRow};
 
-fn vramprobe() -> Command {
-    Command::cargo_bin("vramprobe").unwrap()
-}
+mod common;
 
 fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> (Vec<String>, Vec<T>) {
     let mut r = csv::Reader::from_path(path).unwrap();
     let header = r.headers().unwrap().iter().map(str::to_string).collect();
     let rows = r.deserialize().collect::<Result<Vec<T>, _>>().unwrap();
     (header, rows)
-}
-
-/// Runs one trial child directly and returns its messages.
-fn trial(args: &[&str]) -> Vec<Message> {
-    let out = vramprobe().arg("trial").arg("--json").args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 #[test]
@@ -87,7 +78,9 @@ fn a_small_cpu_sweep_is_linear_and_predicts_a_held_out_batch() {
     // report.json has the environment and the command line.
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["status"], "complete");
-    assert_eq!(report["environment"]["torch_version"], "2.13.0");
+    // The torch the binary was built against (2.13 here, 2.11 in the GPU kit).
+    let torch = report["environment"]["torch_version"].as_str().unwrap();
+    assert!(torch.split('.').count() == 3 && torch.starts_with("2."), "{torch}");
     assert!(report["command_line"].as_array().unwrap().iter().any(|a| a == "--batches"));
 }
 
@@ -138,8 +131,10 @@ fn csv_headers_are_stable() {
 
 #[test]
 fn a_real_allocator_failure_is_classified_oom() {
-    // 10 million 3x224x224 f32 images are 6 TB: libtorch's CPU allocator refuses.
-    let messages = trial(&["--model", "resnet18", "--device", "cpu", "--batch", "10000000"]);
+    // A trillion 3x224x224 f32 images are 6 x 10^17 bytes, more than any
+    // x86-64 address space holds (2^57 with 5-level paging): libtorch's CPU
+    // allocator refuses on every host, overcommitting or not.
+    let messages = trial(&["--model", "resnet18", "--device", "cpu", "--batch", "1000000000000"]);
     let Some(Message::End { outcome, message, failed_step }) = messages.last() else {
         panic!("no end record: {messages:?}");
     };
@@ -157,19 +152,14 @@ fn a_real_allocator_failure_is_classified_oom() {
 fn a_sweep_stops_at_the_first_oom_and_keeps_what_it_measured() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
+    let workload = ["--model", "squeezenet1_1", "--input", "3x32x32", "--device", "cpu"];
+    // Batch 4 is the most that fits here; 640 runs out of the capacity itself
+    // (a real OOM inside libtorch, not only over the budget).
+    let capacity = capacity_for_max(&workload, (2, 4), 4, DEFAULT_MARGIN).to_string();
     let run = vramprobe()
-        .args([
-            "sweep",
-            "--model",
-            "squeezenet1_1",
-            "--input",
-            "3x32x32",
-            "--device",
-            "cpu",
-            "--batches",
-            "1,2,20000000,40000000",
-            "--out",
-        ])
+        .arg("sweep")
+        .args(workload)
+        .args(["--capacity", &capacity, "--batches", "1,2,640,1280", "--out"])
         .arg(&out)
         .arg("--quiet")
         .output()
@@ -177,12 +167,12 @@ fn a_sweep_stops_at_the_first_oom_and_keeps_what_it_measured() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let (_, trials) = read_csv::<SweepRow>(&out.join("sweep.csv"));
     let outcomes: Vec<&str> = trials.iter().map(|t| t.outcome.as_str()).collect();
-    assert_eq!(outcomes, ["fits", "fits", "oom"]);
+    assert_eq!(outcomes, ["fits", "fits", "oom"], "{trials:?}");
     let (_, plan) = read_csv::<PlanRow>(&out.join("plan.csv"));
     assert_eq!(plan[0].max_batch, 2);
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let notes = report["analysis"]["notes"].to_string();
-    assert!(notes.contains("40000000"), "{notes}");
+    assert!(notes.contains("batches [1280] were not run"), "the batch after the OOM is named as not run: {notes}");
 }
 
 /// Runs a sweep and returns its plan row.
@@ -192,42 +182,46 @@ fn sweep_plan(out: &Path, args: &[&str]) -> PlanRow {
     read_csv::<PlanRow>(&out.join("plan.csv")).1.remove(0)
 }
 
-#[test]
-fn the_search_finds_exactly_the_max_an_exhaustive_scan_finds() {
-    let dir = tempfile::tempdir().unwrap();
-    let workload = [
-        "--model",
-        "resnet18",
-        "--input",
-        "3x32x32",
-        "--classes",
-        "10",
-        "--optimizer",
-        "sgd",
-        "--device",
-        "cpu",
-        "--capacity",
-        "155MiB",
-    ];
+/// The exhaustive scan against the search under a capacity that puts the
+/// max at `target` on this machine, derived from the line through `anchor`.
+fn search_equals_an_exhaustive_scan(dir: &Path, anchor: (u64, u64), target: u64) {
+    let base =
+        ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd", "--device", "cpu"];
+    let capacity = capacity_for_max(&base, anchor, target, DEFAULT_MARGIN).to_string();
+    let workload = [&base[..], &["--capacity", &capacity]].concat();
     // Exhaustive: every batch from 1 up, until the first that does not fit.
-    let every: Vec<String> = (1..=120).map(|b| b.to_string()).collect();
+    let every: Vec<String> = (1..=3 * target).map(|b| b.to_string()).collect();
     let every = every.join(",");
-    let mut scan_args = workload.to_vec();
-    scan_args.extend(["--batches", &every]);
-    let scan = sweep_plan(&dir.path().join("scan"), &scan_args);
+    let scan_args = [&workload[..], &["--batches", &every]].concat();
+    let scan = sweep_plan(&dir.join(format!("scan-{target}")), &scan_args);
     assert!(scan.exact, "the scan ran past the max");
-    assert!((20..110).contains(&scan.max_batch), "capacity gives a max of {}", scan.max_batch);
+    // Peaks are only piecewise linear at this size (the per-sample step
+    // grows with the batch), so the line predicts the max within a factor.
+    assert!(
+        (target / 2..=2 * target).contains(&scan.max_batch),
+        "capacity {capacity} derived for a max of {target} gives {}",
+        scan.max_batch
+    );
 
-    let search = sweep_plan(&dir.path().join("search"), &workload);
+    let search = sweep_plan(&dir.join(format!("search-{target}")), &workload);
     assert_eq!((search.strategy.as_str(), search.max_batch, search.exact), ("vramprobe", scan.max_batch, true));
     assert!(search.recommended_verified);
     assert!(search.trials <= 7, "{} trials", search.trials);
 
     // --multiple-of 8: the recommended batch is rounded down and itself run.
-    let mut rounded_args = workload.to_vec();
-    rounded_args.extend(["--multiple-of", "8"]);
-    let rounded = sweep_plan(&dir.path().join("rounded"), &rounded_args);
+    let rounded_args = [&workload[..], &["--multiple-of", "8"]].concat();
+    let rounded = sweep_plan(&dir.join(format!("rounded-{target}")), &rounded_args);
     assert_eq!(rounded.max_batch, scan.max_batch);
     assert_eq!(rounded.recommended_batch, scan.max_batch / 8 * 8);
     assert!(rounded.recommended_verified);
+}
+
+#[test]
+fn the_search_finds_exactly_the_max_an_exhaustive_scan_finds() {
+    // Two capacities from two different measurements (a line through small
+    // batches and one through larger ones): the property holds wherever the
+    // measured peaks fall, not at one machine's numbers.
+    let dir = tempfile::tempdir().unwrap();
+    search_equals_an_exhaustive_scan(dir.path(), (2, 4), 12);
+    search_equals_an_exhaustive_scan(dir.path(), (16, 32), 30);
 }

@@ -5,21 +5,30 @@
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 
-use assert_cmd::Command;
+use common::{capacity_for_max, vramprobe, DEFAULT_MARGIN};
 use vramprobe::report::csv::PlanRow;
 
-fn vramprobe() -> Command {
-    Command::cargo_bin("vramprobe").unwrap()
-}
+mod common;
 
 const FILES: [&str; 7] =
     ["steps.csv", "sweep.csv", "plan.csv", "report.json", "memory.svg", "throughput.svg", "index.html"];
 
+const WORKLOAD: [&str; 10] =
+    ["--model", "squeezenet1_1", "--input", "3x32x32", "--classes", "10", "--device", "cpu", "--optimizer", "sgd"];
+
+/// A capacity where batch 16 would be the max on this machine, so that the
+/// sweep's largest batch, 8, is the recommended one; measured once.
+fn capacity() -> u64 {
+    static CAPACITY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CAPACITY.get_or_init(|| capacity_for_max(&WORKLOAD, (2, 4), 16, DEFAULT_MARGIN))
+}
+
 /// A small real CPU sweep (squeezenet at 32x32, three batches) into `out`.
 fn small_sweep(out: &Path, extra: &[&str]) -> std::process::Output {
     vramprobe()
-        .args(["sweep", "--model", "squeezenet1_1", "--input", "3x32x32", "--classes", "10", "--device", "cpu"])
-        .args(["--optimizer", "sgd", "--batches", "2,4,8", "--capacity", "32MiB", "--out"])
+        .arg("sweep")
+        .args(WORKLOAD)
+        .args(["--batches", "2,4,8", "--capacity", &capacity().to_string(), "--out"])
         .arg(out)
         .args(extra)
         .output()
@@ -49,7 +58,8 @@ fn a_sweep_writes_plots_and_a_page_and_report_reproduces_them() {
     assert_eq!(p.recommended_batch, 8);
 
     let memory = svg(&out.join("memory.svg"));
-    for series in ["peak allocated (measured)", "fit of peak_allocated", "capacity: 32.00 MiB", "budget ("] {
+    let capacity_label = format!("capacity: {}", vramprobe::units::human_bytes(capacity() as f64));
+    for series in ["peak allocated (measured)", "fit of peak_allocated", &capacity_label, "budget ("] {
         assert!(memory.contains(series), "memory.svg lacks {series}");
     }
     assert!(memory.contains(&format!("recommended {}", p.recommended_batch)), "no recommended marker");
@@ -117,7 +127,7 @@ fn progress_is_absent_when_stderr_is_not_a_terminal() {
 fn on_a_terminal(command: &str, no_color: bool) -> Option<String> {
     let has_script = Process::new("script").arg("--version").output().is_ok_and(|o| o.status.success());
     if !has_script {
-        eprintln!("skipped: `script` (util-linux) is not installed, so no pseudo-terminal can be made");
+        common::skip("on_a_terminal", "`script` (util-linux) is not installed, so no pseudo-terminal can be made");
         return None;
     }
     let mut p = Process::new("script");
@@ -165,8 +175,9 @@ fn chromium() -> Option<PathBuf> {
 #[test]
 fn the_page_renders_in_headless_chromium_with_its_plots() {
     let Some(browser) = chromium() else {
-        eprintln!(
-            "skipped: Chromium is not installed (./scripts/test installs Debian's chromium package where apt works)"
+        common::skip(
+            "the_page_renders_in_headless_chromium_with_its_plots",
+            "Chromium is not installed (./scripts/test installs Debian's chromium package where apt works)",
         );
         return;
     };

@@ -17,7 +17,9 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             None => Vec::new(),
         };
         eprintln!("measuring the real cases (every batch is a real CPU trial; the true max is an exhaustive scan)");
-        let (real, measured) = bench::real_rows(&exe, &recorded, &mut |line| eprintln!("{line}"))?;
+        let machine = crate::environment::capture().machine();
+        eprintln!("machine: {machine}");
+        let (real, measured) = bench::real_rows(&exe, &machine, &recorded, &mut |line| eprintln!("{line}"))?;
         rows.extend(real);
         let path = args.out.with_file_name("real-measurements.csv");
         bench::write_csv(&measured, &path)?;

@@ -13,6 +13,8 @@ use crate::units::{format_input, human_bytes};
 use crate::whatif::{plan_for, GpuPlan};
 
 pub fn run(args: PlanArgs) -> Result<i32> {
+    // The GPU names are checked before the file is read: a typo costs nothing.
+    let gpus = profile::resolve_gpus(&args.gpu).map_err(|e| UsageError::new(e.to_string()))?;
     let bytes =
         std::fs::read(&args.from).map_err(|e| UsageError::new(format!("{}: cannot read: {e}", args.from.display())))?;
     let report: Report = serde_json::from_slice(&bytes)
@@ -26,7 +28,6 @@ pub fn run(args: PlanArgs) -> Result<i32> {
             args.from.display()
         ))
     })?;
-    let gpus = profile::resolve_gpus(&args.gpu).map_err(|e| UsageError::new(e.to_string()))?;
     let margin = args.margin.unwrap_or(analysis.budget.margin_fraction);
     let plans: Vec<GpuPlan> = gpus.iter().map(|g| plan_for(&fit, g, margin, args.multiple_of)).collect();
 

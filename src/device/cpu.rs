@@ -32,13 +32,19 @@ pub fn total_memory_bytes() -> Option<u64> {
     meminfo("MemTotal")
 }
 
-fn cpu_name() -> String {
+/// The first `model name` in /proc/cpuinfo's text.
+fn model_name_from(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.trim_start().strip_prefix(':').map(|m| m.trim().to_string()))
+        .filter(|m| !m.is_empty())
+}
+
+/// This machine's CPU model name ("CPU" where /proc/cpuinfo has none).
+pub fn model_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
-        })
+        .and_then(|text| model_name_from(&text))
         .unwrap_or_else(|| "CPU".into())
 }
 
@@ -46,7 +52,7 @@ pub fn info() -> DeviceInfo {
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     DeviceInfo {
         device: Device::Cpu,
-        name: cpu_name(),
+        name: model_name(),
         total_bytes: total_memory_bytes(),
         detail: format!("{threads} threads; torch {}", crate::shim::torch_version()),
     }
@@ -62,5 +68,14 @@ mod tests {
         assert_eq!(parse_meminfo(text, "MemTotal"), Some(24_576_000 * 1024));
         assert_eq!(parse_meminfo(text, "MemFree"), Some(1_024_000));
         assert_eq!(parse_meminfo(text, "Mem"), None);
+    }
+
+    #[test]
+    fn the_cpu_model_is_read_from_cpuinfo() {
+        let intel = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz\nflags\t: fpu\n";
+        assert_eq!(model_name_from(intel).as_deref(), Some("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"));
+        assert_eq!(model_name_from("model name\t: AMD EPYC\n").as_deref(), Some("AMD EPYC"));
+        assert_eq!(model_name_from("processor\t: 0\n"), None);
+        assert_eq!(model_name_from("model name\t: \n"), None);
     }
 }
