@@ -22,7 +22,7 @@ fn one_sweep_covers_precisions_and_modes_with_a_row_each() {
     let run = vramprobe()
         .args(["sweep", "--model", FIXTURE, "--input", "3x32x32", "--device", "cpu", "--optimizer", "sgd"])
         .args(["--precision", "fp32,bf16,bf16-amp,fp16-amp", "--mode", "train,eval", "--batches", "4,16,32"])
-        .args(["--capacity", "2GiB", "--quiet", "--out", out.to_str().unwrap()])
+        .args(["--quiet", "--out", out.to_str().unwrap()])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
@@ -112,7 +112,7 @@ fn the_two_dimensional_fit_predicts_a_held_out_batch_and_length() {
     let run = vramprobe()
         .arg("sweep")
         .args(common)
-        .args(["--seq-lens", "32,64,128", "--batches", "2,4,8,16", "--capacity", "4GiB"])
+        .args(["--seq-lens", "32,64,128", "--batches", "2,4,8,16"])
         .args(["--quiet", "--out", out.to_str().unwrap()])
         .output()
         .unwrap();
