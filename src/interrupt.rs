@@ -4,6 +4,8 @@
 //! one exits at once.
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use crate::error::Interrupted;
+
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(signal: libc::c_int) {
@@ -37,46 +39,10 @@ pub fn received() -> Option<i32> {
     }
 }
 
-/// The error a command returns when it stopped for a signal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("interrupted by {}", signal_name(*.0))]
-pub struct Interrupted(pub i32);
-
-impl Interrupted {
-    /// 128 + the signal, as a shell reports it.
-    pub fn exit_code(self) -> i32 {
-        128 + self.0
-    }
-}
-
-pub fn signal_name(signal: i32) -> &'static str {
-    match signal {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        _ => "a signal",
-    }
-}
-
 /// Stops with [`Interrupted`] once a signal has arrived.
 pub fn check() -> Result<(), Interrupted> {
     match received() {
         Some(s) => Err(Interrupted(s)),
         None => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exit_codes_are_what_a_shell_reports() {
-        assert_eq!(Interrupted(libc::SIGINT).exit_code(), 130);
-        assert_eq!(Interrupted(libc::SIGTERM).exit_code(), 143);
-        assert_eq!(Interrupted(libc::SIGTERM).to_string(), "interrupted by SIGTERM");
     }
 }

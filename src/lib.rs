@@ -1,39 +1,27 @@
 //! vramprobe: measures how large a training batch a device can hold.
 //!
-//! Data flows one way: [`cli`] -> [`commands`] -> [`sweep`] (which runs each
-//! [`trial`] in a child process: [`model`] + [`workload`] measured through
-//! [`device`]) -> [`analysis`] ([`fit`]) -> [`report`] formatters -> [`output`].
-pub mod analysis;
+//! The folders are the layers, top to bottom; a module imports only from the
+//! layers below it (`tests/layers.rs` checks this on every run):
+//!
+//! - [`commands`]: one file per subcommand and the clap definitions; the
+//!   only place that knows about the command line and the terminal.
+//! - [`sweep`], [`train`], [`bench`]: the orchestrator, the companion
+//!   trainer and the search benchmark, side by side (none imports another).
+//! - [`report`]: formatters that return bytes (table, CSV, JSON, SVG, HTML),
+//!   the plan.csv reader, the trainer's log, atomic output and progress.
+//! - [`analyze`]: pure functions over measurements: fits, search strategies,
+//!   the analysis, GPU profiles and predictions. No I/O.
+//! - [`measure`]: everything that runs inside a trial child or talks to a
+//!   device: the trial record protocol, the trial runner, models,
+//!   optimizers, data, devices, the C++ shim.
+//! - [`units`], [`interrupt`], then [`error`] at the bottom.
+pub mod analyze;
 pub mod bench;
-pub mod cli;
 pub mod commands;
-pub mod data;
-pub mod device;
-pub mod environment;
 pub mod error;
-pub mod fastest;
-pub mod fault;
-pub mod fit;
 pub mod interrupt;
-pub mod model;
-pub mod optim;
-pub mod output;
-pub mod plan;
-pub mod precision;
-pub mod profile;
-pub mod progress;
-pub mod record;
+pub mod measure;
 pub mod report;
-pub mod search;
-pub mod seqfit;
-pub mod shim;
 pub mod sweep;
 pub mod train;
-pub mod trial;
 pub mod units;
-pub mod whatif;
-pub mod workload;
-
-/// The tch release this build uses (tch pins its libtorch version); the GPU
-/// kit builds with 0.24 for torch 2.11 (scripts/build-gpu-kit).
-pub const TCH_VERSION: &str = env!("VRAMPROBE_TCH_VERSION");

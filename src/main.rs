@@ -1,8 +1,8 @@
 use clap::Parser;
 
 fn main() {
-    vramprobe::workload::install_panic_hook();
-    let cli = vramprobe::cli::Cli::parse();
+    vramprobe::measure::workload::install_panic_hook();
+    let cli = vramprobe::commands::cli::Cli::parse();
     let code = match vramprobe::commands::run(cli) {
         Ok(code) => code,
         Err(err) => {

@@ -36,7 +36,7 @@ fn bench_search_writes_one_labelled_row_per_case_and_strategy() {
         ]
     );
     let rows: Vec<vramprobe::bench::BenchRow> = reader.deserialize().collect::<Result<_, _>>().unwrap();
-    assert_eq!(rows.len(), vramprobe::search::synthetic::suite().len() * 4);
+    assert_eq!(rows.len(), vramprobe::analyze::search::synthetic::suite().len() * 4);
     assert!(rows.iter().all(|r| r.kind == "synthetic" && r.machine.is_empty() && r.capacity_bytes.is_none()));
     for r in rows.iter().filter(|r| r.strategy == "vramprobe") {
         assert_eq!(r.found, r.true_max, "{}", r.case);

@@ -92,7 +92,7 @@ fn plan_predicts_gpus_and_its_rows_are_accepted_by_check() {
     // batch (sized for 8 GiB) runs out of memory here, and the verdict quotes
     // the line's max.
     let row = &rows[2];
-    let line = vramprobe::fit::LinearFit {
+    let line = vramprobe::analyze::fit::LinearFit {
         fixed_bytes: row.fixed_bytes.unwrap() as f64,
         per_sample_bytes: row.per_sample_bytes.unwrap() as f64,
         r2: 1.0,
@@ -130,13 +130,13 @@ fn toml_files(dir: &str) -> Vec<std::path::PathBuf> {
 fn every_profile_file_parses_and_every_gpu_is_built_in() {
     let gpus = toml_files("profiles/gpus");
     assert!(gpus.len() >= 14);
-    let built_in = vramprobe::profile::built_in_gpus().unwrap();
+    let built_in = vramprobe::analyze::profile::built_in_gpus().unwrap();
     for path in &gpus {
-        let g = vramprobe::profile::parse_gpu(path, &std::fs::read_to_string(path).unwrap()).unwrap();
+        let g = vramprobe::analyze::profile::parse_gpu(path, &std::fs::read_to_string(path).unwrap()).unwrap();
         assert!(built_in.iter().any(|b| b.id == g.id && b == &g), "{} is not compiled in", path.display());
     }
     for path in toml_files("profiles/models") {
-        vramprobe::profile::load_workload(&path).unwrap_or_else(|e| panic!("{e}"));
+        vramprobe::analyze::profile::load_workload(&path).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -172,7 +172,7 @@ fn a_sweep_reads_a_workload_profile_and_reports_a_malformed_one() {
 
 #[test]
 fn device_all_without_a_gpu_says_so() {
-    if vramprobe::device::cuda::device_count() > 0 {
+    if vramprobe::measure::device::cuda::device_count() > 0 {
         eprintln!("skipped: this machine has a CUDA device");
         return;
     }

@@ -74,7 +74,7 @@ fn an_unwritable_out_folder_is_refused_before_measuring() {
 
 #[test]
 fn cuda_without_a_gpu_is_a_usage_error() {
-    if vramprobe::device::cuda::device_count() > 0 {
+    if vramprobe::measure::device::cuda::device_count() > 0 {
         eprintln!("skipped: this machine has a CUDA device");
         return;
     }

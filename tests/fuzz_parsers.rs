@@ -132,18 +132,20 @@ fn the_plan_and_profile_parsers_never_panic() {
     // Quiet the default hook while panics are caught and reported here.
     std::panic::set_hook(Box::new(|_| {}));
     let plan = Path::new("plan.csv");
-    fuzz("plan.csv", PLAN, &mut rng, cases, deadline, |b| vramprobe::plan::parse(plan, b).err().map(|e| e.to_string()));
+    fuzz("plan.csv", PLAN, &mut rng, cases, deadline, |b| {
+        vramprobe::report::plan_file::parse(plan, b).err().map(|e| e.to_string())
+    });
     let deadline = seconds.map(|s| Instant::now() + Duration::from_secs(s) / 3);
     let workload = Path::new("workload.toml");
     fuzz("workload.toml", WORKLOAD, &mut rng, cases, deadline, |b| {
         let text = std::str::from_utf8(b).ok()?;
-        vramprobe::profile::parse_workload(workload, text).err().map(|e| e.to_string())
+        vramprobe::analyze::profile::parse_workload(workload, text).err().map(|e| e.to_string())
     });
     let deadline = seconds.map(|s| Instant::now() + Duration::from_secs(s) / 3);
     let gpu = Path::new("gpu.toml");
     fuzz("gpu.toml", GPU, &mut rng, cases, deadline, |b| {
         let text = std::str::from_utf8(b).ok()?;
-        vramprobe::profile::parse_gpu(gpu, text).err().map(|e| e.to_string())
+        vramprobe::analyze::profile::parse_gpu(gpu, text).err().map(|e| e.to_string())
     });
     let _ = std::panic::take_hook();
 }

@@ -1,9 +1,9 @@
 //! The shim's host tracker counts exactly. One test function on purpose: the
 //! tracker's counters are process-wide, so checks must not run in parallel.
 use tch::{Device, Kind, Tensor};
-use vramprobe::device::probe::Probe;
-use vramprobe::shim;
-use vramprobe::workload::{OptimizerKind, Workload, WorkloadConfig};
+use vramprobe::measure::device::probe::Probe;
+use vramprobe::measure::shim;
+use vramprobe::measure::workload::{OptimizerKind, Workload, WorkloadConfig};
 
 /// Sizes from the data types and the architecture, the same on every machine.
 const MATRIX_BYTES: u64 = 1024 * 1024 * 4;
@@ -16,7 +16,7 @@ const RESNET18_BUFFER_BYTES: u64 = 2 * 4_800 * 4;
 
 #[test]
 fn host_tracking_counts_exact_bytes() {
-    let (probe, _) = Probe::open(vramprobe::device::Device::Cpu).unwrap();
+    let (probe, _) = Probe::open(vramprobe::measure::device::Device::Cpu).unwrap();
     let baseline = shim::host_stats().current;
 
     // A 1024 x 1024 f32 tensor is exactly 4 MiB.
@@ -42,7 +42,7 @@ fn host_tracking_counts_exact_bytes() {
         mode: Default::default(),
     };
     let before = probe.current_bytes();
-    let mut workload = Workload::new(config, vramprobe::device::Device::Cpu).unwrap();
+    let mut workload = Workload::new(config, vramprobe::measure::device::Device::Cpu).unwrap();
     assert_eq!(workload.parameters() as i64, RESNET18_PARAMETERS);
     assert_eq!(workload.parameter_bytes() as u64, RESNET18_PARAMETER_BYTES);
     assert_eq!(probe.current_bytes() - before, RESNET18_PARAMETER_BYTES + RESNET18_BUFFER_BYTES);

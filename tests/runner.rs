@@ -6,11 +6,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use vramprobe::device::Device;
-use vramprobe::record::Outcome;
-use vramprobe::sweep::runner::run_trial;
-use vramprobe::trial::TrialSpec;
-use vramprobe::workload::{OptimizerKind, WorkloadConfig};
+use vramprobe::measure::device::Device;
+use vramprobe::measure::record::Outcome;
+use vramprobe::measure::runner::run_trial;
+use vramprobe::measure::trial::TrialSpec;
+use vramprobe::measure::workload::{OptimizerKind, WorkloadConfig};
 
 fn script(dir: &tempfile::TempDir, body: &str) -> PathBuf {
     let path = dir.path().join("child.sh");

@@ -3,10 +3,11 @@
 use std::path::Path;
 
 use common::{capacity_for_max, vramprobe};
-use vramprobe::data::Dataset;
-use vramprobe::device::Device;
-use vramprobe::train::{accumulate, log::TrainRow};
-use vramprobe::workload::{OptimizerKind, Workload, WorkloadConfig};
+use vramprobe::measure::data::Dataset;
+use vramprobe::measure::device::Device;
+use vramprobe::measure::workload::{OptimizerKind, Workload, WorkloadConfig};
+use vramprobe::report::train_log::TrainRow;
+use vramprobe::train::accumulate;
 
 /// mobilenet_v2's 3,504,872 parameters (torchvision's count) in f32, plus half again.
 const MOBILENET_V2_PARAMETER_BYTES: u64 = 3_504_872 * 4 * 3 / 2;
@@ -145,7 +146,7 @@ fn a_resumed_run_continues_with_the_identical_next_loss() {
     std::fs::create_dir(&data_dir).unwrap();
     let records: Vec<(u8, Vec<u8>)> =
         (0..48u32).map(|i| ((i % 10) as u8, (0..3072u32).map(|p| ((p * 7 + i * 13) % 256) as u8).collect())).collect();
-    vramprobe::data::write_cifar(&data_dir.join("data_batch_1.bin"), &records).unwrap();
+    vramprobe::measure::data::write_cifar(&data_dir.join("data_batch_1.bin"), &records).unwrap();
     let plan = write_plan(dir.path(), "1,resnet18,3x32x32,10,cpu,adam,8");
     let train = |extra: &[&str], log: &Path| {
         let out = vramprobe()

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use common::{trial_peak, vramprobe};
+use vramprobe::analyze::seqfit::SeqFit;
 use vramprobe::report::csv::PlanRow;
-use vramprobe::seqfit::SeqFit;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_cnn.pt");
 

@@ -2,7 +2,7 @@
 use anyhow::{Context, Result};
 
 use crate::bench::{self, Measurement};
-use crate::cli::BenchArgs;
+use crate::commands::cli::BenchArgs;
 
 pub fn run(args: BenchArgs) -> Result<i32> {
     let mut rows = bench::synthetic_rows();
@@ -17,7 +17,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             None => Vec::new(),
         };
         eprintln!("measuring the real cases (every batch is a real CPU trial; the true max is an exhaustive scan)");
-        let machine = crate::environment::capture().machine();
+        let machine = crate::measure::environment::capture().machine();
         eprintln!("machine: {machine}");
         let (real, measured) = bench::real_rows(&exe, &machine, &recorded, &mut |line| eprintln!("{line}"))?;
         rows.extend(real);

@@ -7,17 +7,17 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
-use crate::analysis::FitBasis;
-use crate::cli::CheckArgs;
-use crate::device::{self, Device, DeviceRequest};
+use crate::analyze::analysis::FitBasis;
+use crate::analyze::fit::{Budget, LinearFit};
+use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
-use crate::fit::{Budget, LinearFit};
-use crate::plan;
-use crate::record::Outcome;
-use crate::sweep::runner;
-use crate::trial::TrialSpec;
+use crate::measure::device::{self, Device, DeviceRequest};
+use crate::measure::record::Outcome;
+use crate::measure::runner;
+use crate::measure::trial::TrialSpec;
+use crate::measure::workload::WorkloadConfig;
+use crate::report::plan_file;
 use crate::units::{format_input, human_bytes};
-use crate::workload::WorkloadConfig;
 
 pub const EXIT_WONT_FIT: i32 = 3;
 
@@ -43,8 +43,8 @@ struct Verdict {
 pub fn run(args: CheckArgs) -> Result<i32> {
     let (config, batch, plan_device, fit) = match (&args.plan, &args.workload.model, args.batch) {
         (Some(path), _, _) => {
-            let entries = plan::read(path).map_err(|e| UsageError::new(e.to_string()))?;
-            let entry = plan::select(path, entries, args.row.map(|r| r as usize), None)
+            let entries = plan_file::read(path).map_err(|e| UsageError::new(e.to_string()))?;
+            let entry = plan_file::select(path, entries, args.row.map(|r| r as usize), None)
                 .map_err(|e| UsageError::new(e.to_string()))?;
             let fit = entry.fixed_bytes.zip(entry.per_sample_bytes).map(|(f, p)| LinearFit {
                 fixed_bytes: f as f64,

@@ -3,9 +3,9 @@ use anyhow::Result;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde::Serialize;
 
-use crate::cli::ListArgs;
-use crate::device;
-use crate::model;
+use crate::commands::cli::ListArgs;
+use crate::measure::device;
+use crate::measure::model;
 use crate::units::{format_input, human_bytes};
 
 #[derive(Serialize)]

@@ -1,6 +1,7 @@
 //! One function per subcommand: validate, call the library, print.
 mod bench;
 mod check;
+pub mod cli;
 mod list;
 mod plan;
 mod report;
@@ -10,12 +11,12 @@ mod trial;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command, SweepArgs, WorkloadArgs};
+use crate::analyze::profile;
+use crate::commands::cli::{Cli, Command, SweepArgs, WorkloadArgs};
 use crate::error::UsageError;
-use crate::model;
-use crate::precision::{Mode, Precision};
-use crate::profile;
-use crate::workload::{OptimizerKind, WorkloadConfig};
+use crate::measure::model;
+use crate::measure::precision::{Mode, Precision};
+use crate::measure::workload::{OptimizerKind, WorkloadConfig};
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
@@ -143,10 +144,11 @@ fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
         precision: Precision::Fp32,
         mode: Mode::Eval,
     };
-    let not_a_model = |e: crate::workload::StepError| {
+    let not_a_model = |e: crate::measure::workload::StepError| {
         UsageError::new(format!("--model {model}: not a usable TorchScript model ({})", e.message))
     };
-    let workload = crate::workload::Workload::new(config, crate::device::Device::Cpu).map_err(not_a_model)?;
+    let workload =
+        crate::measure::workload::Workload::new(config, crate::measure::device::Device::Cpu).map_err(not_a_model)?;
     let shape = workload.output_shape().map_err(not_a_model)?;
     match shape.as_slice() {
         [1, classes] if *classes >= 1 => Ok(*classes),

@@ -3,14 +3,14 @@
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use crate::cli::PlanArgs;
+use crate::analyze::profile;
+use crate::analyze::whatif::{plan_for, GpuPlan};
+use crate::commands::cli::PlanArgs;
 use crate::error::UsageError;
-use crate::output::write_atomic;
-use crate::profile;
 use crate::report::csv::{PlanRow, PLAN_SCHEMA_VERSION};
+use crate::report::output::write_atomic;
 use crate::report::Report;
 use crate::units::{format_input, human_bytes};
-use crate::whatif::{plan_for, GpuPlan};
 
 pub fn run(args: PlanArgs) -> Result<i32> {
     // The GPU names are checked before the file is read: a typo costs nothing.

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 
-use crate::cli::{Cli, CompletionsArgs, ReportArgs};
+use crate::commands::cli::{Cli, CompletionsArgs, ReportArgs};
 use crate::error::UsageError;
-use crate::output;
+use crate::report::output;
 use crate::report::{self, table, Report};
 
 fn read_report(path: &Path) -> Result<Report> {

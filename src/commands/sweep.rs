@@ -5,21 +5,22 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::cli::SweepArgs;
-use crate::device::{self, Device, DeviceRequest};
+use crate::commands::cli::SweepArgs;
+use crate::measure::device::{self, Device, DeviceRequest};
 
-use crate::analysis;
-use crate::environment;
+use crate::analyze::analysis;
+use crate::error::Interrupted;
 use crate::error::UsageError;
-use crate::interrupt::Interrupted;
-use crate::model;
-use crate::output;
-use crate::progress::Status;
-use crate::record::{Outcome, StepRecord};
+use crate::measure::environment;
+use crate::measure::model;
+use crate::measure::record::TrialResult;
+use crate::measure::record::{Outcome, StepRecord};
+use crate::measure::workload::WorkloadConfig;
+use crate::report::output;
+use crate::report::progress::Status;
 use crate::report::{self, table, Report};
-use crate::sweep::{self, runner::TrialResult, Plan, Progress, SweepConfig};
+use crate::sweep::{self, Plan, Progress, SweepConfig};
 use crate::units::{format_input, human_bytes};
-use crate::workload::WorkloadConfig;
 
 /// One line per trial on stderr (stdout is kept for the summary), and on a
 /// terminal a live status line: trial, batch, phase, last peak, elapsed.
@@ -311,7 +312,12 @@ fn unsupported(r: &Report, a: &analysis::Analysis) -> Option<String> {
 }
 
 /// The error for a model that does not fit even at the smallest batch, with the numbers.
-fn does_not_fit(model: &str, cfg: &SweepConfig, trials: &[TrialResult], budget: crate::fit::Budget) -> anyhow::Error {
+fn does_not_fit(
+    model: &str,
+    cfg: &SweepConfig,
+    trials: &[TrialResult],
+    budget: crate::analyze::fit::Budget,
+) -> anyhow::Error {
     let budget_text = format!(
         "capacity {}, budget {}",
         human_bytes(budget.capacity_bytes as f64),

@@ -1,22 +1,22 @@
 //! `vramprobe train --plan plan.csv`: the companion trainer's command line.
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::cli::TrainArgs;
-use crate::data::Dataset;
-use crate::device::{self, probe::Probe, Device};
+use crate::commands::cli::TrainArgs;
 use crate::error::UsageError;
-use crate::plan;
-use crate::precision::Mode;
+use crate::measure::data::Dataset;
+use crate::measure::device::{self, probe::Probe, Device};
+use crate::measure::precision::Mode;
+use crate::measure::workload::{Workload, WorkloadConfig};
+use crate::report::plan_file;
 use crate::train::{self, checkpoint, Length, TrainConfig};
 use crate::units::format_input;
-use crate::workload::{Workload, WorkloadConfig};
 
 /// Samples in an epoch of SYNTHETIC data (CIFAR-10's training set size).
 const SYNTHETIC_SIZE: usize = 50_000;
 
 pub fn run(args: TrainArgs) -> Result<i32> {
-    let entries = plan::read(&args.plan).map_err(|e| UsageError::new(e.to_string()))?;
-    let entry = plan::select(&args.plan, entries, args.row.map(|r| r as usize), args.model.as_deref())
+    let entries = plan_file::read(&args.plan).map_err(|e| UsageError::new(e.to_string()))?;
+    let entry = plan_file::select(&args.plan, entries, args.row.map(|r| r as usize), args.model.as_deref())
         .map_err(|e| UsageError::new(e.to_string()))?;
     if entry.mode == Mode::Eval {
         return Err(UsageError::new(format!(
@@ -54,7 +54,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     }
     if let Some(capacity) = args.capacity {
         match device {
-            Device::Cpu => crate::shim::cpu_limit_install(capacity).map_err(|e| anyhow!("{e}"))?,
+            Device::Cpu => crate::measure::shim::cpu_limit_install(capacity).map_err(|e| anyhow!("{e}"))?,
             Device::Cuda(_) => bail!(UsageError::new("train --capacity is implemented on the CPU only for now")),
         }
     }
@@ -76,7 +76,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     let mut workload = Workload::new(config, device).map_err(|e| anyhow!("building {}: {e}", entry.model))?;
     workload.check_input().map_err(|e| {
         // Name the input the model was designed for, so the user knows what to sweep instead.
-        let designed_for = crate::model::find(&entry.model)
+        let designed_for = crate::measure::model::find(&entry.model)
             .map(|spec| format!("; it is built for {} inputs", format_input(spec.default_input)))
             .unwrap_or_default();
         UsageError::new(format!(

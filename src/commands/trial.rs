@@ -1,10 +1,10 @@
 //! `vramprobe trial` (hidden): the child process of one sweep trial.
 use anyhow::Result;
 
-use crate::cli::TrialArgs;
-use crate::device::{self, DeviceRequest};
+use crate::commands::cli::TrialArgs;
 use crate::error::UsageError;
-use crate::trial::{self, TrialSpec};
+use crate::measure::device::{self, DeviceRequest};
+use crate::measure::trial::{self, TrialSpec};
 
 pub fn run(args: TrialArgs) -> Result<i32> {
     if matches!(args.device, DeviceRequest::Auto | DeviceRequest::All) {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Report;
-use crate::sweep::runner::TrialResult;
+use crate::measure::record::TrialResult;
 use crate::units::format_input;
 
 /// Version of the plan.csv columns; bump it when they change.
@@ -33,7 +33,7 @@ fn header_of<T: Serialize + Default>() -> Vec<String> {
 }
 
 pub fn steps_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
-    let header = header_of::<crate::record::StepRecord>();
+    let header = header_of::<crate::measure::record::StepRecord>();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     to_csv(trials.iter().flat_map(|t| t.steps.iter()), &header)
 }

@@ -3,15 +3,19 @@
 pub mod csv;
 pub mod html;
 pub mod json;
+pub mod output;
+pub mod plan_file;
 pub mod plot;
+pub mod progress;
 pub mod table;
+pub mod train_log;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{Analysis, SeqSummary};
-use crate::environment::Environment;
-use crate::sweep::runner::TrialResult;
-use crate::workload::WorkloadConfig;
+use crate::analyze::analysis::{Analysis, SeqSummary};
+use crate::measure::environment::Environment;
+use crate::measure::record::TrialResult;
+use crate::measure::workload::WorkloadConfig;
 
 /// Everything a sweep knows, as written to `report.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -92,5 +96,5 @@ pub fn seq_summary_of(reports: &[&Report]) -> SeqSummary {
         .collect();
     // Shortest first, however the variants were listed or their folders sort.
     lengths.sort_by_key(|(length, _, _)| *length);
-    crate::analysis::seq_summary(&lengths)
+    crate::analyze::analysis::seq_summary(&lengths)
 }

@@ -12,9 +12,9 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::Report;
-use crate::analysis::SeqSummary;
-use crate::record::Outcome;
-use crate::train::log::TrainRow;
+use crate::analyze::analysis::SeqSummary;
+use crate::measure::record::Outcome;
+use crate::report::train_log::TrainRow;
 
 const SIZE: (u32, u32) = (960, 560);
 const FONT: &str = "sans-serif";
@@ -133,7 +133,7 @@ fn marker(chart: &mut Chart<'_, '_>, x: f64, y_top: f64, label: String, color: R
 }
 
 /// The trials' measured peaks in one series, as (batch, bytes).
-fn measured(report: &Report, peak: impl Fn(&crate::sweep::runner::TrialResult) -> Option<u64>) -> Vec<(f64, f64)> {
+fn measured(report: &Report, peak: impl Fn(&crate::measure::record::TrialResult) -> Option<u64>) -> Vec<(f64, f64)> {
     report
         .trials
         .iter()
@@ -248,7 +248,7 @@ pub fn memory_svg(report: &Report) -> Result<String> {
     })
 }
 
-fn fit_text(f: crate::fit::LinearFit) -> String {
+fn fit_text(f: crate::analyze::fit::LinearFit) -> String {
     format!(
         "{} + {} x batch (r² {:.4})",
         crate::units::human_bytes(f.fixed_bytes),
@@ -263,7 +263,7 @@ pub fn throughput_svg(report: &Report) -> Result<String> {
     let a = report.analysis.as_ref();
     // Batches that ran but peaked over the budget are drawn apart: they are
     // not candidates for the fastest batch.
-    let within = |t: &crate::sweep::runner::TrialResult| {
+    let within = |t: &crate::measure::record::TrialResult| {
         a.is_none_or(|a| a.fit_basis.peak(t).is_some_and(|p| p <= a.budget.budget_bytes))
     };
     let speed = |keep: bool| {
@@ -298,7 +298,7 @@ pub fn throughput_svg(report: &Report) -> Result<String> {
         }
         let same = a.and_then(|a| a.fastest).is_some_and(|f| a.is_some_and(|a| a.recommended_batch == f.batch));
         if let Some(f) = a.and_then(|a| a.fastest) {
-            let threshold = f.best_samples_per_second * (1.0 - crate::fastest::WITHIN_OF_BEST);
+            let threshold = f.best_samples_per_second * (1.0 - crate::analyze::fastest::WITHIN_OF_BEST);
             chart
                 .draw_series(DashedLineSeries::new(
                     vec![(0.0, threshold), (x_max, threshold)],

@@ -3,7 +3,7 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 use super::Report;
-use crate::analysis::SeqSummary;
+use crate::analyze::analysis::SeqSummary;
 use crate::units::{format_input, human_bytes};
 
 fn opt_bytes(v: Option<u64>) -> String {

@@ -2,25 +2,24 @@
 //! as a trial in a child process, turns the trial into an observation against
 //! the budget, writes partial results after every trial, verifies the
 //! recommended batch, and finishes with the analysis.
-pub mod runner;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::analysis::{self, AnalysisInput, FitBasis, StrategyName};
-use crate::device::Device;
-use crate::environment;
-use crate::fit::Budget;
-use crate::record::{Outcome, StepRecord};
-use crate::report::{self, Report, REPORT_SCHEMA_VERSION};
-use crate::search::{
+use crate::analyze::analysis::{self, observe, AnalysisInput, FitBasis, StrategyName};
+use crate::analyze::fit::Budget;
+use crate::analyze::search::{
     self, list::ListedBatches, Observation, Probe, SearchLimits, SearchResult, Step, Strategy, StrategyKind,
 };
-use crate::trial::TrialSpec;
-use crate::workload::WorkloadConfig;
-use runner::TrialResult;
+use crate::measure::device::Device;
+use crate::measure::environment;
+use crate::measure::record::StepRecord;
+use crate::measure::record::TrialResult;
+use crate::measure::runner;
+use crate::measure::trial::TrialSpec;
+use crate::measure::workload::WorkloadConfig;
+use crate::report::{self, Report, REPORT_SCHEMA_VERSION};
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
@@ -99,21 +98,7 @@ pub trait Progress {
 }
 
 fn write_outputs(dir: &Path, report: &Report) -> Result<()> {
-    crate::output::write_files(dir, &report::run_files(report)?)
-}
-
-/// How a finished trial counts for the search.
-pub fn observe(trial: &TrialResult, budget: &Budget, basis: FitBasis) -> Observation {
-    match trial.outcome {
-        Outcome::Fits => match basis.peak(trial) {
-            Some(peak) if peak <= budget.budget_bytes => Observation::Fits { peak_bytes: peak },
-            peak => Observation::TooBig { peak_bytes: peak },
-        },
-        Outcome::Oom => Observation::TooBig { peak_bytes: None },
-        Outcome::Error | Outcome::Killed | Outcome::Timeout => Observation::Failed {
-            message: format!("{}: {}", trial.outcome, trial.message.as_deref().unwrap_or("no message")),
-        },
-    }
+    crate::report::output::write_files(dir, &report::run_files(report)?)
 }
 
 struct Sweep<'a> {
@@ -282,53 +267,4 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
     report.analysis = Some(analysis);
     write_outputs(&cfg.out_dir, &report)?;
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::nvml::NvmlReading;
-
-    /// A CUDA trial whose NVML reads failed after its first step (SYNTHETIC
-    /// numbers: this tests the judgement, not a measurement).
-    fn cuda_trial_losing_nvml() -> TrialResult {
-        let step = |n: u32, nvml: bool| {
-            let mut s = StepRecord {
-                step: n,
-                batch: 8,
-                peak_allocated_bytes: 900,
-                reserved_bytes: Some(1000),
-                peak_reserved_bytes: Some(1000),
-                ..Default::default()
-            };
-            if nvml {
-                s.set_nvml(NvmlReading { used_bytes: Some(1500), ..Default::default() });
-            }
-            s
-        };
-        TrialResult {
-            trial: 2,
-            batch: 8,
-            outcome: Outcome::Fits,
-            message: None,
-            failed_step: None,
-            parameters: None,
-            parameter_bytes: None,
-            baseline_bytes: None,
-            device_name: Some("GPU".into()),
-            device_total_bytes: Some(10_000),
-            wall_seconds: 1.0,
-            steps: vec![step(1, true), step(2, false), step(3, false)],
-        }
-    }
-
-    #[test]
-    fn nvml_failing_mid_trial_leaves_its_cells_empty_and_the_judgement_to_the_allocator() {
-        let trial = cuda_trial_losing_nvml();
-        assert_eq!(trial.steps[1].nvml_used_bytes, None);
-        let budget = Budget::new(10_000, 0.1, 500);
-        assert_eq!(observe(&trial, &budget, FitBasis::PeakReserved), Observation::Fits { peak_bytes: 1000 });
-        let tight = Budget::new(1_500, 0.1, 500);
-        assert_eq!(observe(&trial, &tight, FitBasis::PeakReserved), Observation::TooBig { peak_bytes: Some(1000) });
-    }
 }

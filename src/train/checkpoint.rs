@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
-use crate::workload::Workload;
+use crate::measure::workload::Workload;
 
 /// Where a run stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -3,22 +3,21 @@
 //! off on an out-of-memory error without losing progress or silently changing
 //! the effective batch.
 pub mod checkpoint;
-pub mod log;
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::data::{epoch_order, Dataset};
-use crate::device::probe::Probe;
-use crate::device::Device;
-use crate::progress::Status;
-use crate::record::StepRecord;
+use crate::measure::data::{epoch_order, Dataset};
+use crate::measure::device::probe::Probe;
+use crate::measure::device::Device;
+use crate::measure::record::StepRecord;
+use crate::measure::workload::{Phase, StepError, Workload};
+use crate::report::progress::Status;
+use crate::report::train_log::{TrainLog, TrainRow};
 use crate::units::human_bytes;
-use crate::workload::{Phase, StepError, Workload};
 use checkpoint::Progress;
-use log::{TrainLog, TrainRow};
 
 /// How long to train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +65,8 @@ pub fn accumulate(
     let mut loss = 0.0;
     for (i, chunk) in indices.chunks(micro.max(1)).enumerate() {
         let (xs, ys) = data.batch(chunk, device).map_err(|e| StepError {
-            oom: crate::workload::is_oom_message(&e.to_string()),
-            phase: crate::workload::Phase::Data,
+            oom: crate::measure::workload::is_oom_message(&e.to_string()),
+            phase: crate::measure::workload::Phase::Data,
             message: e.to_string(),
         })?;
         // Dropout and other randomness: the same for the same step and chunk.
@@ -212,7 +211,7 @@ pub fn run(
                         pending = None;
                     }
                     if let Device::Cuda(_) = cfg.device {
-                        let _ = crate::shim::cuda_empty_cache();
+                        let _ = crate::measure::shim::cuda_empty_cache();
                     }
                     if micro == 1 {
                         let msg = format!("out of memory at micro-batch 1 ({e})");

@@ -8,8 +8,8 @@
 #![allow(dead_code)]
 
 use assert_cmd::Command;
-use vramprobe::fit::LinearFit;
-use vramprobe::record::Message;
+use vramprobe::analyze::fit::LinearFit;
+use vramprobe::measure::record::Message;
 
 /// The sweep's and `check`'s default margin (`--margin 10%`).
 pub const DEFAULT_MARGIN: f64 = 0.10;

@@ -7,11 +7,11 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, Reduction, Tensor};
 
-use crate::device::Device;
-use crate::model::{self, InputKind, Network};
-use crate::optim::Optimizer;
-use crate::precision::{AutocastDtype, Mode, Precision};
-use crate::shim;
+use crate::measure::device::Device;
+use crate::measure::model::{self, InputKind, Network};
+use crate::measure::optim::Optimizer;
+use crate::measure::precision::{AutocastDtype, Mode, Precision};
+use crate::measure::shim;
 
 /// The optimizers a sweep can train with, with PyTorch's default settings
 /// (SGD with momentum 0.9, the common training recipe).
@@ -287,7 +287,7 @@ impl Workload {
 
     fn sync(&self) -> Result<(), tch::TchError> {
         if let Device::Cuda(i) = self.device {
-            crate::shim::cuda_synchronize(i).map_err(|e| tch::TchError::Torch(e.0))?;
+            crate::measure::shim::cuda_synchronize(i).map_err(|e| tch::TchError::Torch(e.0))?;
         }
         Ok(())
     }
@@ -322,7 +322,7 @@ impl Workload {
         let mut shape = vec![batch as i64];
         shape.extend_from_slice(&self.config.input);
         guarded(Phase::Data, || {
-            crate::fault::before(Phase::Data)?;
+            crate::measure::fault::before(Phase::Data)?;
             let batch_out = match self.input_kind {
                 InputKind::Image => (
                     Tensor::f_randn(shape.as_slice(), (self.input_float_kind(), dev))?,
@@ -370,7 +370,7 @@ impl Workload {
     pub fn forward_backward(&mut self, xs: &Tensor, ys: &Tensor, scale: f64) -> Result<Pass, StepError> {
         let t0 = Instant::now();
         let (outputs, loss) = guarded(Phase::Forward, || {
-            crate::fault::before(Phase::Forward)?;
+            crate::measure::fault::before(Phase::Forward)?;
             // The loss is computed inside the autocast region, as in PyTorch's AMP recipe.
             let _autocast = Autocast::enter(self.config.precision, self.device)?;
             let out = self.net.forward(xs, self.train)?;
@@ -386,7 +386,7 @@ impl Workload {
         let t1 = Instant::now();
         let scale = scale * self.scaler.map_or(1.0, |s| s.scale);
         let value = guarded(Phase::Backward, || {
-            crate::fault::before(Phase::Backward)?;
+            crate::measure::fault::before(Phase::Backward)?;
             let scaled = if scale == 1.0 { loss.shallow_clone() } else { loss.f_mul_scalar(scale)? };
             scaled.f_backward()?;
             self.sync()?;
@@ -405,7 +405,7 @@ impl Workload {
     pub fn optimizer_step(&mut self) -> Result<f64, StepError> {
         let t0 = Instant::now();
         guarded(Phase::Optimizer, || {
-            crate::fault::before(Phase::Optimizer)?;
+            crate::measure::fault::before(Phase::Optimizer)?;
             let finite = match &mut self.scaler {
                 Some(scaler) => {
                     let finite = self.optimizer.unscale_grads(1.0 / scaler.scale)?;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::output::write_atomic;
-use crate::record::StepRecord;
+use crate::measure::record::StepRecord;
+use crate::report::output::write_atomic;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainRow {

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::device::nvml::NvmlReading;
+use crate::measure::device::nvml::NvmlReading;
 
 /// One training step's timings and memory readings. Fields that a device
 /// does not have (reserved on the CPU, host RSS on CUDA) are `None`, which
@@ -122,4 +122,53 @@ pub enum Message {
         /// The step that failed, if one did (1-based).
         failed_step: Option<u32>,
     },
+}
+/// Everything known about one finished trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialResult {
+    pub trial: u32,
+    pub batch: u64,
+    pub outcome: Outcome,
+    pub message: Option<String>,
+    pub failed_step: Option<u32>,
+    pub parameters: Option<i64>,
+    pub parameter_bytes: Option<u64>,
+    pub baseline_bytes: Option<u64>,
+    pub device_name: Option<String>,
+    pub device_total_bytes: Option<u64>,
+    pub wall_seconds: f64,
+    pub steps: Vec<StepRecord>,
+}
+
+impl TrialResult {
+    /// The highest peak allocated over the trial's steps.
+    pub fn peak_allocated_bytes(&self) -> Option<u64> {
+        self.steps.iter().map(|s| s.peak_allocated_bytes).max()
+    }
+
+    pub fn peak_reserved_bytes(&self) -> Option<u64> {
+        self.steps.iter().filter_map(|s| s.peak_reserved_bytes).max()
+    }
+
+    pub fn nvml_used_bytes(&self) -> Option<u64> {
+        self.steps.iter().filter_map(|s| s.nvml_used_bytes).max()
+    }
+
+    pub fn host_peak_rss_bytes(&self) -> Option<u64> {
+        self.steps.iter().filter_map(|s| s.host_peak_rss_bytes).max()
+    }
+
+    pub fn non_pytorch_bytes(&self) -> Option<u64> {
+        self.steps.iter().filter_map(StepRecord::non_pytorch_bytes).max()
+    }
+
+    /// Mean step time, leaving out the first (warm-up) step when there are more.
+    pub fn mean_step_seconds(&self) -> Option<f64> {
+        let steps = if self.steps.len() > 1 { &self.steps[1..] } else { &self.steps[..] };
+        (!steps.is_empty()).then(|| steps.iter().map(|s| s.step_seconds).sum::<f64>() / steps.len() as f64)
+    }
+
+    pub fn samples_per_second(&self) -> Option<f64> {
+        self.mean_step_seconds().filter(|&s| s > 0.0).map(|s| self.batch as f64 / s)
+    }
 }

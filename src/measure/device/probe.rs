@@ -1,8 +1,8 @@
 //! Reads a device's memory around each step: the host tracker on the CPU,
 //! the caching allocator and NVML on CUDA.
 use super::{cpu, nvml::Nvml, Device};
-use crate::record::StepRecord;
-use crate::shim;
+use crate::measure::record::StepRecord;
+use crate::measure::shim;
 
 pub struct Probe {
     device: Device,

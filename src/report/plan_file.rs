@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::device::DeviceRequest;
-use crate::precision::{Mode, Precision};
+use crate::measure::device::DeviceRequest;
+use crate::measure::precision::{Mode, Precision};
+use crate::measure::workload::OptimizerKind;
 use crate::report::csv::PLAN_SCHEMA_VERSION;
 use crate::units;
-use crate::workload::OptimizerKind;
 
 /// The columns the trainer needs.
 pub const REQUIRED: [&str; 7] =
@@ -98,7 +98,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
             ));
         }
         let model = field("model").to_string();
-        crate::model::source(&model).map_err(|e| err(line, Some("model"), e.to_string()))?;
+        crate::measure::model::source(&model).map_err(|e| err(line, Some("model"), e.to_string()))?;
         let input = units::parse_input(field("input")).map_err(|e| err(line, Some("input"), e.to_string()))?;
         let classes: i64 = parse(field("classes")).filter(|&c| c >= 1).ok_or_else(|| {
             err(line, Some("classes"), format!("'{}' is not a positive whole number", field("classes")))

@@ -1,7 +1,7 @@
 //! The environment a run was measured in, recorded in report.json.
 use serde::{Deserialize, Serialize};
 
-use crate::device::nvml::Nvml;
+use crate::measure::device::nvml::Nvml;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Environment {
@@ -37,19 +37,23 @@ fn uname() -> (String, String) {
     (format!("{} {} {}", field(&u.sysname), field(&u.release), field(&u.machine)), field(&u.nodename))
 }
 
+/// The tch release this build uses (tch pins its libtorch version); the GPU
+/// kit builds with 0.24 for torch 2.11 (scripts/build-gpu-kit).
+pub const TCH_VERSION: &str = env!("VRAMPROBE_TCH_VERSION");
+
 pub fn capture() -> Environment {
     let (os, hostname) = uname();
     let versions = Nvml::open().map(|n| n.versions()).unwrap_or_default();
     Environment {
         vramprobe_version: env!("CARGO_PKG_VERSION").into(),
-        torch_version: crate::shim::torch_version(),
-        tch_version: crate::TCH_VERSION.into(),
-        torch_cuda_version: crate::shim::cuda_runtime_version(),
+        torch_version: crate::measure::shim::torch_version(),
+        tch_version: TCH_VERSION.into(),
+        torch_cuda_version: crate::measure::shim::cuda_runtime_version(),
         nvidia_driver_version: versions.driver,
         cuda_driver_version: versions.cuda_driver,
         os,
         hostname,
-        cpu_model: crate::device::cpu::model_name(),
+        cpu_model: crate::measure::device::cpu::model_name(),
         cpu_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     }
 }

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::precision::{Mode, Precision};
+use crate::measure::precision::{Mode, Precision};
+use crate::measure::workload::OptimizerKind;
 use crate::units;
-use crate::workload::OptimizerKind;
 
 /// A profile file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -144,7 +144,7 @@ pub fn parse_workload(path: &Path, text: &str) -> Result<WorkloadProfile, Profil
         field: Some(name.into()),
         message,
     };
-    crate::model::source(raw.model.get_ref()).map_err(|e| err("model", &raw.model, e.to_string()))?;
+    crate::measure::model::source(raw.model.get_ref()).map_err(|e| err("model", &raw.model, e.to_string()))?;
     let input = units::parse_input(raw.input.get_ref()).map_err(|e| err("input", &raw.input, e.to_string()))?;
     if *raw.classes.get_ref() < 1 {
         return Err(err("classes", &raw.classes, "must be at least 1".into()));
@@ -205,20 +205,20 @@ pub fn load_workload(path: &Path) -> Result<WorkloadProfile, ProfileError> {
 
 /// The GPU profiles compiled into the binary (the files in profiles/gpus).
 const BUILT_IN_GPUS: [(&str, &str); 14] = [
-    ("gtx1660ti", include_str!("../profiles/gpus/gtx1660ti.toml")),
-    ("rtx3060", include_str!("../profiles/gpus/rtx3060.toml")),
-    ("rtx3070", include_str!("../profiles/gpus/rtx3070.toml")),
-    ("rtx3090", include_str!("../profiles/gpus/rtx3090.toml")),
-    ("rtx4090", include_str!("../profiles/gpus/rtx4090.toml")),
-    ("t4", include_str!("../profiles/gpus/t4.toml")),
-    ("v100-16gb", include_str!("../profiles/gpus/v100-16gb.toml")),
-    ("v100-32gb", include_str!("../profiles/gpus/v100-32gb.toml")),
-    ("a10", include_str!("../profiles/gpus/a10.toml")),
-    ("l4", include_str!("../profiles/gpus/l4.toml")),
-    ("a100-40gb", include_str!("../profiles/gpus/a100-40gb.toml")),
-    ("a100-80gb", include_str!("../profiles/gpus/a100-80gb.toml")),
-    ("h100-80gb", include_str!("../profiles/gpus/h100-80gb.toml")),
-    ("h200", include_str!("../profiles/gpus/h200.toml")),
+    ("gtx1660ti", include_str!("../../profiles/gpus/gtx1660ti.toml")),
+    ("rtx3060", include_str!("../../profiles/gpus/rtx3060.toml")),
+    ("rtx3070", include_str!("../../profiles/gpus/rtx3070.toml")),
+    ("rtx3090", include_str!("../../profiles/gpus/rtx3090.toml")),
+    ("rtx4090", include_str!("../../profiles/gpus/rtx4090.toml")),
+    ("t4", include_str!("../../profiles/gpus/t4.toml")),
+    ("v100-16gb", include_str!("../../profiles/gpus/v100-16gb.toml")),
+    ("v100-32gb", include_str!("../../profiles/gpus/v100-32gb.toml")),
+    ("a10", include_str!("../../profiles/gpus/a10.toml")),
+    ("l4", include_str!("../../profiles/gpus/l4.toml")),
+    ("a100-40gb", include_str!("../../profiles/gpus/a100-40gb.toml")),
+    ("a100-80gb", include_str!("../../profiles/gpus/a100-80gb.toml")),
+    ("h100-80gb", include_str!("../../profiles/gpus/h100-80gb.toml")),
+    ("h200", include_str!("../../profiles/gpus/h200.toml")),
 ];
 
 pub fn built_in_gpus() -> Result<Vec<GpuProfile>, ProfileError> {

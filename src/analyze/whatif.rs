@@ -2,9 +2,9 @@
 //! GPU profile's capacity and overhead give a predicted max batch.
 use serde::Serialize;
 
-use crate::analysis::round_down;
-use crate::fit::{Budget, LinearFit};
-use crate::profile::GpuProfile;
+use crate::analyze::analysis::round_down;
+use crate::analyze::fit::{Budget, LinearFit};
+use crate::analyze::profile::GpuProfile;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuPlan {

@@ -2,7 +2,7 @@
 //! `./scripts/bench-search`): every strategy on the same cases, side by side.
 //!
 //! Two kinds of case. `synthetic`: SYNTHETIC memory curves (not measurements;
-//! see [`crate::search::synthetic`]). `real`: exact CPU measurements of
+//! see [`crate::analyze::search::synthetic`]). `real`: exact CPU measurements of
 //! built-in models under a `--capacity`, where every batch any strategy asks
 //! for is a real trial (a child process, 3 training steps), measured once and
 //! shared by all strategies (CPU tracking is exact and deterministic), and
@@ -17,13 +17,13 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::FitBasis;
-use crate::device::Device;
-use crate::fit::{Budget, LinearFit};
-use crate::search::{self, synthetic, Observation, Probe, SearchLimits, StrategyKind};
-use crate::sweep::{observe, runner};
-use crate::trial::TrialSpec;
-use crate::workload::{OptimizerKind, WorkloadConfig};
+use crate::analyze::analysis::{observe, FitBasis};
+use crate::analyze::fit::{Budget, LinearFit};
+use crate::analyze::search::{self, synthetic, Observation, Probe, SearchLimits, StrategyKind};
+use crate::measure::device::Device;
+use crate::measure::runner;
+use crate::measure::trial::TrialSpec;
+use crate::measure::workload::{OptimizerKind, WorkloadConfig};
 
 pub const STEPS_PER_TRIAL: u32 = 3;
 const MAX_TRIALS: usize = 64;
@@ -220,7 +220,7 @@ fn derive_capacity(exe: &Path, case: &RealCase) -> Result<u64> {
     for batch in [low, high] {
         let trial = runner::run_trial(exe, 0, &case.spec(batch, None), TRIAL_TIMEOUT, |_| {});
         match FitBasis::PeakAllocated.peak(&trial) {
-            Some(peak) if trial.outcome == crate::record::Outcome::Fits => points.push((batch, peak)),
+            Some(peak) if trial.outcome == crate::measure::record::Outcome::Fits => points.push((batch, peak)),
             _ => bail!("{}: measuring batch {batch} failed: {}", case.name(), trial.message.unwrap_or_default()),
         }
     }
@@ -391,7 +391,7 @@ pub fn write_csv<T: Serialize>(rows: &[T], path: &Path) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    crate::output::write_atomic(path, &bytes)
+    crate::report::output::write_atomic(path, &bytes)
 }
 
 #[cfg(test)]

@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::device::probe::Probe;
-use crate::device::Device;
-use crate::record::{Message, Outcome, StepRecord};
-use crate::workload::{StepError, Workload, WorkloadConfig};
+use crate::measure::device::probe::Probe;
+use crate::measure::device::Device;
+use crate::measure::record::{Message, Outcome, StepRecord};
+use crate::measure::workload::{StepError, Workload, WorkloadConfig};
 
 /// One trial's parameters, as the parent passes them on the command line.
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ fn end(out: &mut impl Write, err: &StepError, failed_step: Option<u32>) -> Resul
 /// the records themselves cannot be written; step failures are outcomes.
 pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     if let (Some(limit), Device::Cpu) = (spec.cpu_limit, spec.device) {
-        crate::shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;
+        crate::measure::shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;
     }
     let (probe, notes) = Probe::open(spec.device).context("starting memory tracking")?;
     for note in notes {
@@ -66,13 +66,13 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             device_total_bytes,
         },
     )?;
-    // TEST-ONLY: faults the fault-matrix tests inject (see crate::fault).
-    let fault = match crate::fault::from_env() {
+    // TEST-ONLY: faults the fault-matrix tests inject (see crate::measure::fault).
+    let fault = match crate::measure::fault::from_env() {
         Ok(f) => f,
         Err(message) => bail!(message),
     };
     for step in 1..=spec.steps {
-        crate::fault::at_step(fault, spec.batch, step);
+        crate::measure::fault::at_step(fault, spec.batch, step);
         probe.reset_peak();
         let started = Instant::now();
         let times = match workload.step(spec.batch) {

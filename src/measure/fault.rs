@@ -13,7 +13,7 @@
 //! child starts `sleep 3171` and never finishes).
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::workload::Phase;
+use crate::measure::workload::Phase;
 
 /// The step of a trial at which a fault fires (after the optimizer state exists).
 pub const FAULT_STEP: u32 = 2;
@@ -110,7 +110,7 @@ pub fn before(phase: Phase) -> Result<(), tch::TchError> {
     if armed == code(phase) {
         ARMED.store(NONE, Ordering::SeqCst);
         // The next allocation in this phase fails inside libtorch.
-        crate::shim::cpu_limit_install(1).map_err(|e| tch::TchError::Torch(e.to_string()))?;
+        crate::measure::shim::cpu_limit_install(1).map_err(|e| tch::TchError::Torch(e.to_string()))?;
     } else if armed == ERROR && phase == Phase::Forward {
         ARMED.store(NONE, Ordering::SeqCst);
         // A real libtorch error that is not an OOM: incompatible shapes.

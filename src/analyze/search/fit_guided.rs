@@ -6,7 +6,7 @@
 //! fit by more than the margin, or the line fits poorly, it falls back to
 //! bisection and says so.
 use super::{bracket, Observation, Probe, SearchLimits, SearchResult, Step, Strategy};
-use crate::fit::LinearFit;
+use crate::analyze::fit::LinearFit;
 
 /// The first two probes: cheap, past the smallest batches (where a step's
 /// peak is often elsewhere than in the activations, which bends the curve),

@@ -4,13 +4,13 @@
 //! common GPU capacities.
 use serde::{Deserialize, Serialize};
 
-use crate::device::Device;
-use crate::fastest::{self, Fastest};
-use crate::fit::{Budget, LinearFit};
-use crate::record::Outcome;
-use crate::search::{SearchResult, StrategyKind};
-use crate::seqfit::{self, SeqFit};
-use crate::sweep::runner::TrialResult;
+use crate::analyze::fastest::{self, Fastest};
+use crate::analyze::fit::{Budget, LinearFit};
+use crate::analyze::search::{Observation, SearchResult, StrategyKind};
+use crate::analyze::seqfit::{self, SeqFit};
+use crate::measure::device::Device;
+use crate::measure::record::Outcome;
+use crate::measure::record::TrialResult;
 
 /// GPU memory sizes people commonly plan for, in GiB.
 pub const COMMON_GPU_GIB: [u64; 7] = [6, 8, 12, 16, 24, 40, 80];
@@ -290,10 +290,25 @@ pub fn seq_summary(runs: &[(u64, &[TrialResult], &Analysis)]) -> SeqSummary {
     }
 }
 
+/// How a finished trial counts for the search.
+pub fn observe(trial: &TrialResult, budget: &Budget, basis: FitBasis) -> Observation {
+    match trial.outcome {
+        Outcome::Fits => match basis.peak(trial) {
+            Some(peak) if peak <= budget.budget_bytes => Observation::Fits { peak_bytes: peak },
+            peak => Observation::TooBig { peak_bytes: peak },
+        },
+        Outcome::Oom => Observation::TooBig { peak_bytes: None },
+        Outcome::Error | Outcome::Killed | Outcome::Timeout => Observation::Failed {
+            message: format!("{}: {}", trial.outcome, trial.message.as_deref().unwrap_or("no message")),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::StepRecord;
+    use crate::measure::device::nvml::NvmlReading;
+    use crate::measure::record::StepRecord;
 
     /// A trial on a synthetic memory curve (test data, not a measurement).
     fn synthetic(batch: u64, outcome: Outcome, peak: u64) -> TrialResult {
@@ -362,5 +377,48 @@ mod tests {
         let a = analyze(&trials, input(0, 1));
         assert_eq!((a.max_batch, a.recommended_batch), (0, 0));
         assert!(a.fit.is_none() && a.gpu_predictions.is_empty());
+    }
+
+    /// A CUDA trial whose NVML reads failed after its first step (SYNTHETIC
+    /// numbers: this tests the judgement, not a measurement).
+    fn cuda_trial_losing_nvml() -> TrialResult {
+        let step = |n: u32, nvml: bool| {
+            let mut s = StepRecord {
+                step: n,
+                batch: 8,
+                peak_allocated_bytes: 900,
+                reserved_bytes: Some(1000),
+                peak_reserved_bytes: Some(1000),
+                ..Default::default()
+            };
+            if nvml {
+                s.set_nvml(NvmlReading { used_bytes: Some(1500), ..Default::default() });
+            }
+            s
+        };
+        TrialResult {
+            trial: 2,
+            batch: 8,
+            outcome: Outcome::Fits,
+            message: None,
+            failed_step: None,
+            parameters: None,
+            parameter_bytes: None,
+            baseline_bytes: None,
+            device_name: Some("GPU".into()),
+            device_total_bytes: Some(10_000),
+            wall_seconds: 1.0,
+            steps: vec![step(1, true), step(2, false), step(3, false)],
+        }
+    }
+
+    #[test]
+    fn nvml_failing_mid_trial_leaves_its_cells_empty_and_the_judgement_to_the_allocator() {
+        let trial = cuda_trial_losing_nvml();
+        assert_eq!(trial.steps[1].nvml_used_bytes, None);
+        let budget = Budget::new(10_000, 0.1, 500);
+        assert_eq!(observe(&trial, &budget, FitBasis::PeakReserved), Observation::Fits { peak_bytes: 1000 });
+        let tight = Budget::new(1_500, 0.1, 500);
+        assert_eq!(observe(&trial, &tight, FitBasis::PeakReserved), Observation::TooBig { peak_bytes: Some(1000) });
     }
 }

@@ -54,7 +54,7 @@ pub fn info() -> DeviceInfo {
         device: Device::Cpu,
         name: model_name(),
         total_bytes: total_memory_bytes(),
-        detail: format!("{threads} threads; torch {}", crate::shim::torch_version()),
+        detail: format!("{threads} threads; torch {}", crate::measure::shim::torch_version()),
     }
 }
 

@@ -7,10 +7,10 @@
 //! `zero_grad()` does by default.
 use tch::{nn, Kind, TchError, Tensor};
 
-use crate::device::Device;
+use crate::measure::device::Device;
 
-use crate::shim;
-use crate::workload::OptimizerKind;
+use crate::measure::shim;
+use crate::measure::workload::OptimizerKind;
 
 const BETAS: (f64, f64) = (0.9, 0.999);
 const EPS: f64 = 1e-8;

@@ -70,8 +70,8 @@ pub fn list() -> Vec<DeviceInfo> {
                     "driver {}; CUDA driver {}; torch {} built for CUDA {}",
                     versions.driver.as_deref().unwrap_or("?"),
                     versions.cuda_driver.as_deref().unwrap_or("?"),
-                    crate::shim::torch_version(),
-                    crate::shim::cuda_runtime_version().unwrap_or_else(|| "?".into()),
+                    crate::measure::shim::torch_version(),
+                    crate::measure::shim::cuda_runtime_version().unwrap_or_else(|| "?".into()),
                 ),
             }
         })

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::device::DeviceRequest;
-use crate::precision::{Mode, Precision};
-use crate::search::StrategyKind;
+use crate::analyze::search::StrategyKind;
+use crate::measure::device::DeviceRequest;
+use crate::measure::precision::{Mode, Precision};
+use crate::measure::workload::OptimizerKind;
 use crate::units;
-use crate::workload::OptimizerKind;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -8,61 +8,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use crate::record::{Message, Outcome, StepRecord};
-use crate::trial::TrialSpec;
+use crate::measure::record::{Message, Outcome, StepRecord, TrialResult};
+use crate::measure::trial::TrialSpec;
 use crate::units::format_input;
-
-/// Everything known about one finished trial.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrialResult {
-    pub trial: u32,
-    pub batch: u64,
-    pub outcome: Outcome,
-    pub message: Option<String>,
-    pub failed_step: Option<u32>,
-    pub parameters: Option<i64>,
-    pub parameter_bytes: Option<u64>,
-    pub baseline_bytes: Option<u64>,
-    pub device_name: Option<String>,
-    pub device_total_bytes: Option<u64>,
-    pub wall_seconds: f64,
-    pub steps: Vec<StepRecord>,
-}
-
-impl TrialResult {
-    /// The highest peak allocated over the trial's steps.
-    pub fn peak_allocated_bytes(&self) -> Option<u64> {
-        self.steps.iter().map(|s| s.peak_allocated_bytes).max()
-    }
-
-    pub fn peak_reserved_bytes(&self) -> Option<u64> {
-        self.steps.iter().filter_map(|s| s.peak_reserved_bytes).max()
-    }
-
-    pub fn nvml_used_bytes(&self) -> Option<u64> {
-        self.steps.iter().filter_map(|s| s.nvml_used_bytes).max()
-    }
-
-    pub fn host_peak_rss_bytes(&self) -> Option<u64> {
-        self.steps.iter().filter_map(|s| s.host_peak_rss_bytes).max()
-    }
-
-    pub fn non_pytorch_bytes(&self) -> Option<u64> {
-        self.steps.iter().filter_map(StepRecord::non_pytorch_bytes).max()
-    }
-
-    /// Mean step time, leaving out the first (warm-up) step when there are more.
-    pub fn mean_step_seconds(&self) -> Option<f64> {
-        let steps = if self.steps.len() > 1 { &self.steps[1..] } else { &self.steps[..] };
-        (!steps.is_empty()).then(|| steps.iter().map(|s| s.step_seconds).sum::<f64>() / steps.len() as f64)
-    }
-
-    pub fn samples_per_second(&self) -> Option<f64> {
-        self.mean_step_seconds().filter(|&s| s > 0.0).map(|s| self.batch as f64 / s)
-    }
-}
 
 /// The command line of the child for `spec`.
 pub fn child_args(spec: &TrialSpec) -> Vec<String> {
@@ -132,7 +80,7 @@ pub fn run_trial(
         let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
         command.env(
             "PYTORCH_CUDA_ALLOC_CONF",
-            crate::device::cuda::alloc_conf_with_fraction(existing.as_deref(), fraction),
+            crate::measure::device::cuda::alloc_conf_with_fraction(existing.as_deref(), fraction),
         );
     }
     // SAFETY: prctl is async-signal-safe. Outside the terminal's process
@@ -226,10 +174,8 @@ pub fn run_trial(
     };
     if let Some(signal) = interrupted {
         result.outcome = Outcome::Killed;
-        result.message = Some(format!(
-            "interrupted by {}: the trial's process group was killed",
-            crate::interrupt::signal_name(signal)
-        ));
+        result.message =
+            Some(format!("interrupted by {}: the trial's process group was killed", crate::error::signal_name(signal)));
         result.failed_step = Some(result.steps.len() as u32 + 1);
     } else if timed_out {
         result.outcome = Outcome::Timeout;
@@ -247,10 +193,8 @@ pub fn run_trial(
                 let sig = s.signal().unwrap_or(0);
                 result.outcome = Outcome::Killed;
                 let hint = if sig == libc::SIGKILL { " (on the CPU, often the kernel's OOM killer)" } else { "" };
-                result.message = Some(format!(
-                    "the trial process was killed by {} ({sig}){hint}",
-                    crate::interrupt::signal_name(sig)
-                ));
+                result.message =
+                    Some(format!("the trial process was killed by {} ({sig}){hint}", crate::error::signal_name(sig)));
             }
             Ok(s) => {
                 result.outcome = Outcome::Error;

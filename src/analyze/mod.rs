@@ -1,0 +1,17 @@
+//! Pure functions over measurements: the memory line and its budget
+//! ([`fit`]), the 2-D batch x length fit ([`seqfit`]), the batch-size search
+//! strategies and the peers' ([`search`]), the sweep's conclusions
+//! ([`analysis`]: max, recommended and fastest batch), GPU profiles and what
+//! a measured line predicts on them ([`profile`], [`whatif`]).
+//!
+//! No I/O beyond reading a profile file, no libtorch, no processes: unit
+//! tested on their own. May import only `measure` (for its record and
+//! device types), `units` and `error`; never `report`, `sweep`, `train`,
+//! `bench` or `commands`.
+pub mod analysis;
+pub mod fastest;
+pub mod fit;
+pub mod profile;
+pub mod search;
+pub mod seqfit;
+pub mod whatif;

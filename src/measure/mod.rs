@@ -1,0 +1,22 @@
+//! Measurement: everything that runs inside a trial child or talks to a
+//! device. The trial protocol ([`record`]: the child's JSON records and the
+//! parent's [`record::TrialResult`]), the parent side that starts a trial
+//! child and reads it ([`runner`]), the child itself ([`trial`]: one
+//! [`workload`] step after another), and what a step is made of: [`model`],
+//! [`optim`], [`precision`], [`data`], [`device`] (cpu, cuda, nvml, the probe),
+//! the C++ [`shim`], the [`environment`], and TEST-ONLY [`fault`] injection.
+//!
+//! May import only `units`, `interrupt` and `error`: nothing here knows
+//! about analysis, reports or the command line.
+pub mod data;
+pub mod device;
+pub mod environment;
+pub mod fault;
+pub mod model;
+pub mod optim;
+pub mod precision;
+pub mod record;
+pub mod runner;
+pub mod shim;
+pub mod trial;
+pub mod workload;
