@@ -1,7 +1,7 @@
 use clap::Parser;
 
 fn main() {
-    vramprobe::measure::workload::install_panic_hook();
+    vramprobe::measure::failure::install_panic_hook();
     let cli = vramprobe::commands::cli::Cli::parse();
     let code = match vramprobe::commands::run(cli) {
         Ok(code) => code,

@@ -2,8 +2,9 @@
 //! tracker's counters are process-wide, so checks must not run in parallel.
 use tch::{Device, Kind, Tensor};
 use vramprobe::measure::device::probe::Probe;
+use vramprobe::measure::optim::OptimizerKind;
 use vramprobe::measure::shim;
-use vramprobe::measure::workload::{OptimizerKind, Workload, WorkloadConfig};
+use vramprobe::measure::workload::{Workload, WorkloadConfig};
 
 /// Sizes from the data types and the architecture, the same on every machine.
 const MATRIX_BYTES: u64 = 1024 * 1024 * 4;

@@ -163,6 +163,58 @@ fn imports_run_one_way_down_the_layers_with_no_circle() {
     assert!(bad.is_empty(), "imports against the layering:\n{}", bad.join("\n"));
 }
 
+/// Inside one folder: its files and subfolders (mod.rs aside) -> the ones
+/// they import through `crate::folder::x` or, from a file directly in the
+/// folder, `super::x`.
+fn folder_graph(src: &Path, folder: &str) -> BTreeMap<String, BTreeMap<String, PathBuf>> {
+    let root = src.join(folder);
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let mut edges: BTreeMap<String, BTreeMap<String, PathBuf>> = BTreeMap::new();
+    for file in files {
+        let rel = file.strip_prefix(&root).unwrap();
+        let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+        let from = first.trim_end_matches(".rs").to_string();
+        if from == "mod" {
+            continue;
+        }
+        let direct = rel.components().count() == 1;
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut names = BTreeSet::new();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            for (prefix, allowed) in [(format!("crate::{folder}::"), true), ("super::".to_string(), direct)] {
+                let mut rest = code;
+                while let (true, Some(i)) = (allowed, rest.find(&prefix)) {
+                    rest = &rest[i + prefix.len()..];
+                    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    names.insert(name);
+                }
+            }
+        }
+        let entry = edges.entry(from.clone()).or_default();
+        for to in names {
+            let exists = root.join(format!("{to}.rs")).is_file() || root.join(&to).is_dir();
+            if to != from && exists {
+                entry.entry(to).or_insert_with(|| file.clone());
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn no_folder_has_a_circle_among_its_files() {
+    for entry in std::fs::read_dir(src()).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.is_dir() {
+            let folder = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let edges = folder_graph(&src(), &folder);
+            assert_eq!(circle(&edges), None, "an import circle inside src/{folder}");
+        }
+    }
+}
+
 #[test]
 fn the_tree_has_few_files_at_the_top_and_a_map_in_every_folder() {
     let top: Vec<String> = std::fs::read_dir(src())

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use vramprobe::measure::device::Device;
+use vramprobe::measure::optim::OptimizerKind;
 use vramprobe::measure::record::Outcome;
 use vramprobe::measure::runner::run_trial;
 use vramprobe::measure::trial::TrialSpec;
-use vramprobe::measure::workload::{OptimizerKind, WorkloadConfig};
+use vramprobe::measure::workload::WorkloadConfig;
 
 fn script(dir: &tempfile::TempDir, body: &str) -> PathBuf {
     let path = dir.path().join("child.sh");

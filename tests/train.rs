@@ -5,8 +5,9 @@ use std::path::Path;
 use common::{capacity_for_max, vramprobe};
 use vramprobe::measure::data::Dataset;
 use vramprobe::measure::device::Device;
-use vramprobe::measure::workload::{OptimizerKind, Workload, WorkloadConfig};
-use vramprobe::report::train_log::TrainRow;
+use vramprobe::measure::optim::OptimizerKind;
+use vramprobe::measure::workload::{Workload, WorkloadConfig};
+use vramprobe::report::train_log::{TrainEvent, TrainRow};
 use vramprobe::train::accumulate;
 
 /// mobilenet_v2's 3,504,872 parameters (torchvision's count) in f32, plus half again.
@@ -83,10 +84,10 @@ fn a_real_oom_under_a_cpu_capacity_backs_off_and_keeps_the_effective_batch() {
     assert!(stderr.contains("back-off:") && stderr.contains("effective batch 32 unchanged"), "{stderr}");
     assert!(!stderr.contains("panicked") && !stderr.contains("Exception raised"), "{stderr}");
     let rows = read_log(&log);
-    let backoff = rows.iter().find(|r| r.event == "backoff").expect("a back-off row");
+    let backoff = rows.iter().find(|r| r.event == TrainEvent::Backoff).expect("a back-off row");
     assert!(backoff.message.contains("out of memory"), "{}", backoff.message);
     assert_eq!((backoff.micro_batch * backoff.accumulation, backoff.effective_batch), (32, 32));
-    let steps: Vec<&TrainRow> = rows.iter().filter(|r| r.event == "step").collect();
+    let steps: Vec<&TrainRow> = rows.iter().filter(|r| r.event == TrainEvent::Step).collect();
     assert_eq!(steps.len(), 3);
     assert!(steps.iter().all(|r| r.effective_batch == 32 && r.micro_batch < 32 && r.loss.unwrap().is_finite()));
     assert!(steps.iter().all(|r| r.peak_allocated_bytes.unwrap() <= capacity));
@@ -161,7 +162,11 @@ fn a_resumed_run_continues_with_the_identical_next_loss() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        read_log(log).into_iter().filter(|r| r.event == "step").map(|r| (r.step, r.loss.unwrap())).collect::<Vec<_>>()
+        read_log(log)
+            .into_iter()
+            .filter(|r| r.event == TrainEvent::Step)
+            .map(|r| (r.step, r.loss.unwrap()))
+            .collect::<Vec<_>>()
     };
     let ckpt = dir.path().join("run.ckpt");
     let ckpt_s = ckpt.to_str().unwrap();

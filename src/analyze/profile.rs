@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::measure::optim::OptimizerKind;
 use crate::measure::precision::{Mode, Precision};
-use crate::measure::workload::OptimizerKind;
 use crate::units;
 
 /// A profile file that cannot be used.

@@ -21,9 +21,10 @@ use crate::analyze::analysis::{observe, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::search::{self, synthetic, Observation, Probe, SearchLimits, StrategyKind};
 use crate::measure::device::Device;
+use crate::measure::optim::OptimizerKind;
 use crate::measure::runner;
 use crate::measure::trial::TrialSpec;
-use crate::measure::workload::{OptimizerKind, WorkloadConfig};
+use crate::measure::workload::WorkloadConfig;
 
 pub const STEPS_PER_TRIAL: u32 = 3;
 const MAX_TRIALS: usize = 64;
@@ -31,7 +32,7 @@ const MARGIN: f64 = 0.10;
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One row of bench/search.csv.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BenchRow {
     pub case: String,
     /// `real` (CPU measurements) or `synthetic` (a modelled curve).
@@ -163,7 +164,7 @@ pub fn synthetic_rows() -> Vec<BenchRow> {
 
 /// One real measurement, as kept in `bench/real-measurements.csv`: reused
 /// only on the same machine under the same capacity.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
     pub case: String,
     pub machine: String,
@@ -382,16 +383,11 @@ pub fn format_table(rows: &[BenchRow]) -> String {
     out
 }
 
-pub fn write_csv<T: Serialize>(rows: &[T], path: &Path) -> Result<()> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for r in rows {
-        w.serialize(r)?;
-    }
-    let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+pub fn write_csv<T: Serialize + Default>(rows: &[T], path: &Path) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    crate::report::output::write_atomic(path, &bytes)
+    crate::report::output::write_atomic(path, &crate::report::csv::to_bytes::<T>(rows)?)
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::analyze::search::StrategyKind;
 use crate::measure::device::DeviceRequest;
+use crate::measure::optim::OptimizerKind;
 use crate::measure::precision::{Mode, Precision};
-use crate::measure::workload::OptimizerKind;
 use crate::units;
 
 #[derive(Debug, Parser)]

@@ -15,8 +15,9 @@ use crate::analyze::profile;
 use crate::commands::cli::{Cli, Command, SweepArgs, WorkloadArgs};
 use crate::error::UsageError;
 use crate::measure::model;
+use crate::measure::optim::OptimizerKind;
 use crate::measure::precision::{Mode, Precision};
-use crate::measure::workload::{OptimizerKind, WorkloadConfig};
+use crate::measure::workload::WorkloadConfig;
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
@@ -144,7 +145,7 @@ fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
         precision: Precision::Fp32,
         mode: Mode::Eval,
     };
-    let not_a_model = |e: crate::measure::workload::StepError| {
+    let not_a_model = |e: crate::measure::failure::StepError| {
         UsageError::new(format!("--model {model}: not a usable TorchScript model ({})", e.message))
     };
     let workload =

@@ -7,7 +7,7 @@ use crate::analyze::profile;
 use crate::analyze::whatif::{plan_for, GpuPlan};
 use crate::commands::cli::PlanArgs;
 use crate::error::UsageError;
-use crate::report::csv::{PlanRow, PLAN_SCHEMA_VERSION};
+use crate::report::csv::{self, gpu_plan_row, PlanRow};
 use crate::report::output::write_atomic;
 use crate::report::Report;
 use crate::units::{format_input, human_bytes};
@@ -72,47 +72,9 @@ pub fn run(args: PlanArgs) -> Result<i32> {
         println!("note: profile overheads marked 'estimate' are not measured (see each profile's overhead_source)");
     }
 
-    let rows: Vec<PlanRow> = plans
-        .iter()
-        .map(|p| PlanRow {
-            schema_version: PLAN_SCHEMA_VERSION,
-            model: report.workload.model.clone(),
-            input: format_input(&report.workload.input),
-            classes: report.workload.classes,
-            device: "cuda".into(),
-            device_name: p.gpu.name.clone(),
-            mode: report.workload.mode.name().into(),
-            precision: report.workload.precision.name().into(),
-            optimizer: report.workload.optimizer.name().into(),
-            capacity_bytes: p.gpu.memory_bytes,
-            margin_fraction: margin,
-            non_pytorch_bytes: p.gpu.context_overhead_bytes,
-            budget_bytes: p.budget.budget_bytes,
-            fit_basis: analysis.fit_basis.name().into(),
-            fixed_bytes: Some(fit.fixed_bytes.round() as i64),
-            per_sample_bytes: Some(fit.per_sample_bytes.round() as i64),
-            r2: Some(fit.r2),
-            fit_points: fit.points,
-            strategy: format!("predicted-from-{}", report.device),
-            trials: 0,
-            max_batch: p.max_batch,
-            exact: false,
-            predicted_max_batch: Some(p.max_batch),
-            recommended_batch: p.recommended_batch,
-            recommended_verified: false,
-            recommended_peak_bytes: p.predicted_peak_bytes.map(|b| b.round() as i64),
-            headroom_bytes: p.predicted_peak_bytes.map(|b| p.budget.headroom(b).round() as i64),
-            // Speed on another GPU is not predicted: only memory is.
-            fastest_batch: None,
-            fastest_samples_per_second: None,
-        })
-        .collect();
+    let rows: Vec<PlanRow> = plans.iter().map(|p| gpu_plan_row(&report, analysis, p, margin)).collect();
     let out = args.out.clone().unwrap_or_else(|| args.from.with_file_name("plan-gpus.csv"));
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for r in &rows {
-        w.serialize(r)?;
-    }
-    write_atomic(&out, &w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?).context("writing the GPU plan")?;
+    write_atomic(&out, &csv::to_bytes::<PlanRow>(&rows)?).context("writing the GPU plan")?;
     println!(
         "Wrote {} ({} rows; check and train accept them: vramprobe check --plan {} --row N)",
         out.display(),

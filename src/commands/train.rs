@@ -119,7 +119,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         model: entry.model.clone(),
         input: entry.input.clone(),
         classes: entry.classes,
-        optimizer: entry.optimizer.name().into(),
+        optimizer: entry.optimizer,
         device,
         micro_batch: entry.recommended_batch,
         effective_batch,

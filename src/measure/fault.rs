@@ -13,7 +13,7 @@
 //! child starts `sleep 3171` and never finishes).
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::measure::workload::Phase;
+use crate::measure::failure::Phase;
 
 /// The step of a trial at which a fault fires (after the optimizer state exists).
 pub const FAULT_STEP: u32 = 2;

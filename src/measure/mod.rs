@@ -11,6 +11,7 @@
 pub mod data;
 pub mod device;
 pub mod environment;
+pub mod failure;
 pub mod fault;
 pub mod model;
 pub mod optim;

@@ -2,15 +2,34 @@
 //! (`torch.optim.SGD`, `Adam`, `AdamW`): the single-tensor path on the CPU
 //! (PyTorch's default there) and, for Adam and AdamW on CUDA, the
 //! multi-tensor (`foreach`) path, which holds one temporary per parameter at
-//! once. So their memory, temporaries included, is PyTorch's. Their state is plain tensors, so checkpoints can
-//! hold it. Gradients are cleared to None between steps, as PyTorch's
+//! once. So their memory, temporaries included, is PyTorch's. Their state is
+//! plain tensors, so checkpoints can hold it. Gradients are cleared to None between steps, as PyTorch's
 //! `zero_grad()` does by default.
+use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, TchError, Tensor};
 
 use crate::measure::device::Device;
-
 use crate::measure::shim;
-use crate::measure::workload::OptimizerKind;
+
+/// The optimizers a sweep can train with, with PyTorch's default settings
+/// (SGD with momentum 0.9, the common training recipe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    Sgd,
+    Adam,
+    Adamw,
+}
+
+impl OptimizerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerKind::Sgd => "sgd",
+            OptimizerKind::Adam => "adam",
+            OptimizerKind::Adamw => "adamw",
+        }
+    }
+}
 
 const BETAS: (f64, f64) = (0.9, 0.999);
 const EPS: f64 = 1e-8;

@@ -10,8 +10,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::measure::device::probe::Probe;
 use crate::measure::device::Device;
+use crate::measure::failure::StepError;
 use crate::measure::record::{Message, Outcome, StepRecord};
-use crate::measure::workload::{StepError, Workload, WorkloadConfig};
+use crate::measure::workload::{Workload, WorkloadConfig};
 
 /// One trial's parameters, as the parent passes them on the command line.
 #[derive(Debug, Clone)]

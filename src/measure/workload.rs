@@ -1,140 +1,17 @@
 //! One real training step: data generated on the device, forward, loss,
 //! backward, optimizer step. Every libtorch failure comes back as a
-//! [`StepError`] (tch panics on some errors; those panics are caught here).
-use std::panic::{catch_unwind, AssertUnwindSafe};
+//! [`StepError`] (see [`crate::measure::failure`]).
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, Reduction, Tensor};
 
 use crate::measure::device::Device;
+use crate::measure::failure::{guarded, Phase, StepError};
 use crate::measure::model::{self, InputKind, Network};
-use crate::measure::optim::Optimizer;
+use crate::measure::optim::{Optimizer, OptimizerKind};
 use crate::measure::precision::{AutocastDtype, Mode, Precision};
 use crate::measure::shim;
-
-/// The optimizers a sweep can train with, with PyTorch's default settings
-/// (SGD with momentum 0.9, the common training recipe).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum OptimizerKind {
-    Sgd,
-    Adam,
-    Adamw,
-}
-
-impl OptimizerKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            OptimizerKind::Sgd => "sgd",
-            OptimizerKind::Adam => "adam",
-            OptimizerKind::Adamw => "adamw",
-        }
-    }
-}
-
-/// Where in the step a failure happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Build,
-    Data,
-    Forward,
-    Backward,
-    Optimizer,
-}
-
-impl Phase {
-    fn name(self) -> &'static str {
-        match self {
-            Phase::Build => "model build",
-            Phase::Data => "data creation",
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::Optimizer => "optimizer step",
-        }
-    }
-}
-
-/// A failed step, classified.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} in {}: {message}", if *.oom { "out of memory" } else { "error" }, .phase.name())]
-pub struct StepError {
-    pub oom: bool,
-    pub phase: Phase,
-    pub message: String,
-}
-
-/// True when libtorch's message is an allocation failure on any device.
-pub fn is_oom_message(message: &str) -> bool {
-    const MARKERS: [&str; 5] = [
-        "CUDA out of memory",
-        "CUDA error: out of memory",
-        "can't allocate memory",
-        "OutOfMemoryError",
-        "out of memory",
-    ];
-    MARKERS.iter().any(|m| message.contains(m))
-}
-
-thread_local! {
-    /// Set while libtorch runs inside [`guarded`], whose panics are expected.
-    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Installs the process's panic hook: silent for the panics tch raises on
-/// libtorch errors inside [`guarded`] (they become classified errors), and
-/// one line, without a backtrace, for anything else (a bug).
-pub fn install_panic_hook() {
-    std::panic::set_hook(Box::new(|info| {
-        if !GUARDED.with(|g| g.get()) {
-            let msg = payload_text(info.payload());
-            eprintln!("Error: internal error: {}", first_line(&msg));
-        }
-    }));
-}
-
-fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "libtorch panicked".into())
-}
-
-/// The first line of a libtorch message, without the C++ backtrace libtorch
-/// appends, the Debug quoting tch's panics add, or the "Internal torch
-/// error" prefix.
-pub fn first_line(message: &str) -> String {
-    // The TorchScript interpreter puts the real error after a traceback.
-    if message.contains("failed in the TorchScript interpreter") {
-        let lines = message.split("\\n").flat_map(str::lines);
-        if let Some(cause) = lines.filter_map(|l| l.trim().strip_prefix("RuntimeError: ")).last() {
-            return format!("TorchScript: {}", first_line(cause));
-        }
-    }
-    let mut text = message.trim();
-    text = text.strip_prefix("called `Result::unwrap()` on an `Err` value: ").unwrap_or(text);
-    if let Some(inner) = text.strip_prefix("Torch(\"") {
-        text = inner;
-    }
-    let text = text.split("\\n").next().unwrap_or(text);
-    let text = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-    let text = text.strip_prefix("Internal torch error: ").unwrap_or(text);
-    text.trim_end_matches(['"', ')']).to_string()
-}
-
-/// Runs `f`, converting both `Err` and a panic into a classified error.
-fn guarded<T>(phase: Phase, f: impl FnOnce() -> Result<T, tch::TchError>) -> Result<T, StepError> {
-    let was = GUARDED.with(|g| g.replace(true));
-    let outcome = catch_unwind(AssertUnwindSafe(f));
-    GUARDED.with(|g| g.set(was));
-    let message = match outcome {
-        Ok(Ok(value)) => return Ok(value),
-        Ok(Err(e)) => e.to_string(),
-        Err(payload) => payload_text(payload.as_ref()),
-    };
-    Err(StepError { oom: is_oom_message(&message), phase, message: first_line(&message) })
-}
 
 /// What to train and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -460,26 +337,5 @@ impl Workload {
         // A training loop's variables (input, labels, output, loss) live until the step ends.
         drop((pass, xs, ys));
         Ok(PhaseTimes { data, forward, backward, optimizer })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn libtorch_messages_are_cut_to_their_first_line() {
-        let panic = r#"called `Result::unwrap()` on an `Err` value: Torch("CPU out of memory (vramprobe capacity limit): tried to allocate 294912 bytes\nException raised from allocate at csrc/vramprobe_shim.cpp:100 (most recent call first):\nframe #0: c10::Error")"#;
-        assert_eq!(first_line(panic), "CPU out of memory (vramprobe capacity limit): tried to allocate 294912 bytes");
-        let err = "Internal torch error: DefaultCPUAllocator: can't allocate memory\nException raised from";
-        assert_eq!(first_line(err), "DefaultCPUAllocator: can't allocate memory");
-    }
-
-    #[test]
-    fn oom_messages_of_every_allocator_are_recognised() {
-        assert!(is_oom_message("CUDA out of memory. Tried to allocate 2.00 GiB"));
-        assert!(is_oom_message("CUDA error: out of memory"));
-        assert!(is_oom_message("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"));
-        assert!(!is_oom_message("Expected 4-dimensional input for 4-dimensional weight"));
     }
 }

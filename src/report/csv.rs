@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::Report;
+use crate::analyze::analysis::Analysis;
+use crate::analyze::whatif::GpuPlan;
 use crate::measure::record::TrialResult;
 use crate::units::format_input;
 
@@ -11,7 +13,10 @@ use crate::units::format_input;
 /// 2: added `fastest_batch` and `fastest_samples_per_second` at the end.
 pub const PLAN_SCHEMA_VERSION: u32 = 2;
 
-fn to_csv<T: Serialize>(rows: impl IntoIterator<Item = T>, header_if_empty: &[&str]) -> anyhow::Result<Vec<u8>> {
+/// Rows of `T` as CSV bytes, with `T`'s header even when there are no rows:
+/// the one CSV writer (steps, sweep, plan, GPU plans, the trainer's log, the
+/// benchmark).
+pub fn to_bytes<T: Serialize + Default>(rows: impl IntoIterator<Item = impl Serialize>) -> anyhow::Result<Vec<u8>> {
     let mut w = ::csv::Writer::from_writer(Vec::new());
     let mut any = false;
     for row in rows {
@@ -19,7 +24,7 @@ fn to_csv<T: Serialize>(rows: impl IntoIterator<Item = T>, header_if_empty: &[&s
         any = true;
     }
     if !any {
-        w.write_record(header_if_empty)?;
+        w.write_record(header_of::<T>())?;
     }
     w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
 }
@@ -33,9 +38,7 @@ fn header_of<T: Serialize + Default>() -> Vec<String> {
 }
 
 pub fn steps_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
-    let header = header_of::<crate::measure::record::StepRecord>();
-    let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    to_csv(trials.iter().flat_map(|t| t.steps.iter()), &header)
+    to_bytes::<crate::measure::record::StepRecord>(trials.iter().flat_map(|t| t.steps.iter()))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -79,9 +82,7 @@ pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
 }
 
 pub fn sweep_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
-    let header = header_of::<SweepRow>();
-    let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    to_csv(sweep_rows(trials), &header)
+    to_bytes::<SweepRow>(sweep_rows(trials))
 }
 
 /// One recommendation: the contract with the companion trainer.
@@ -127,14 +128,15 @@ pub struct PlanRow {
     pub fastest_samples_per_second: Option<f64>,
 }
 
-pub fn plan_row(report: &Report) -> Option<PlanRow> {
-    let a = report.analysis.as_ref()?;
-    Some(PlanRow {
+/// The columns every plan row takes from the run: the workload, the budget
+/// and the memory line.
+fn run_columns(report: &Report, a: &Analysis) -> PlanRow {
+    PlanRow {
         schema_version: PLAN_SCHEMA_VERSION,
         model: report.workload.model.clone(),
         input: format_input(&report.workload.input),
         classes: report.workload.classes,
-        device: report.device.clone(),
+        device: report.device.to_string(),
         device_name: report.device_name.clone().unwrap_or_default(),
         mode: report.workload.mode.name().into(),
         precision: report.workload.precision.name().into(),
@@ -148,7 +150,15 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
         per_sample_bytes: a.fit.map(|f| f.per_sample_bytes.round() as i64),
         r2: a.fit.map(|f| f.r2),
         fit_points: a.fit.map_or(0, |f| f.points),
-        strategy: a.strategy.clone(),
+        ..PlanRow::default()
+    }
+}
+
+/// The run's recommendation, as measured.
+pub fn plan_row(report: &Report) -> Option<PlanRow> {
+    let a = report.analysis.as_ref()?;
+    Some(PlanRow {
+        strategy: a.strategy.to_string(),
         trials: report.trials.len(),
         max_batch: a.max_batch,
         exact: a.exact,
@@ -159,20 +169,37 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
         headroom_bytes: a.headroom_bytes.map(|h| h.round() as i64),
         fastest_batch: a.fastest.map(|f| f.batch),
         fastest_samples_per_second: a.fastest.map(|f| f.samples_per_second),
+        ..run_columns(report, a)
     })
 }
 
+/// What the run's memory line predicts on a GPU it was not measured on
+/// (`vramprobe plan`): memory only, never speed, and never verified.
+pub fn gpu_plan_row(report: &Report, a: &Analysis, plan: &GpuPlan, margin_fraction: f64) -> PlanRow {
+    PlanRow {
+        device: "cuda".into(),
+        device_name: plan.gpu.name.clone(),
+        capacity_bytes: plan.gpu.memory_bytes,
+        margin_fraction,
+        non_pytorch_bytes: plan.gpu.context_overhead_bytes,
+        budget_bytes: plan.budget.budget_bytes,
+        strategy: format!("predicted-from-{}", report.device),
+        max_batch: plan.max_batch,
+        predicted_max_batch: Some(plan.max_batch),
+        recommended_batch: plan.recommended_batch,
+        recommended_peak_bytes: plan.predicted_peak_bytes.map(|b| b.round() as i64),
+        headroom_bytes: plan.predicted_peak_bytes.map(|b| plan.budget.headroom(b).round() as i64),
+        ..run_columns(report, a)
+    }
+}
+
 pub fn plan_csv(report: &Report) -> anyhow::Result<Vec<u8>> {
-    let header = header_of::<PlanRow>();
-    let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    to_csv(plan_row(report), &header)
+    to_bytes::<PlanRow>(plan_row(report))
 }
 
 /// The plan rows of a sweep over precisions, modes or lengths, in order:
 /// one per variant that has a batch to recommend (a row without one would
 /// give the trainer nothing to run).
 pub fn plan_csv_many(reports: &[&Report]) -> anyhow::Result<Vec<u8>> {
-    let header = header_of::<PlanRow>();
-    let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    to_csv(reports.iter().filter_map(|r| plan_row(r)).filter(|row| row.recommended_batch > 0), &header)
+    to_bytes::<PlanRow>(reports.iter().filter_map(|r| plan_row(r)).filter(|row| row.recommended_batch > 0))
 }

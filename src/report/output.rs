@@ -11,15 +11,20 @@ use crate::error::UsageError;
 
 /// Writes `bytes` to `path` atomically.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace_atomically(path, |tmp| Ok(fs::File::create(tmp)?.write_all(bytes)?))
+}
+
+/// Replaces `path` atomically with what `write` puts at the temporary path
+/// it is given (in the same folder): synced, then renamed over `path`; on
+/// any failure the temporary file is removed and `path` is untouched.
+pub fn replace_atomically(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
+    let result = write(&tmp).and_then(|()| {
+        fs::File::open(&tmp)?.sync_all()?;
+        Ok(fs::rename(&tmp, path)?)
+    });
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::measure::device::DeviceRequest;
+use crate::measure::optim::OptimizerKind;
 use crate::measure::precision::{Mode, Precision};
-use crate::measure::workload::OptimizerKind;
 use crate::report::csv::PLAN_SCHEMA_VERSION;
 use crate::units;
 

@@ -14,27 +14,26 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::Report;
 use crate::analyze::analysis::SeqSummary;
 use crate::measure::record::Outcome;
-use crate::report::train_log::TrainRow;
 
-const SIZE: (u32, u32) = (960, 560);
-const FONT: &str = "sans-serif";
-const GREY: RGBColor = RGBColor(150, 150, 150);
+pub(super) const SIZE: (u32, u32) = (960, 560);
+pub(super) const FONT: &str = "sans-serif";
+pub(super) const GREY: RGBColor = RGBColor(150, 150, 150);
 const ORANGE: RGBColor = RGBColor(230, 120, 0);
-const PURPLE: RGBColor = RGBColor(130, 50, 170);
+pub(super) const PURPLE: RGBColor = RGBColor(130, 50, 170);
 const GREEN_DARK: RGBColor = RGBColor(0, 140, 60);
 
 /// A named series of (x, y) points and its colour.
-type Series<'a> = (&'a str, &'a Vec<(f64, f64)>, RGBColor);
+pub(super) type Series<'a> = (&'a str, &'a Vec<(f64, f64)>, RGBColor);
 
 /// A byte axis in the unit that keeps its numbers readable.
 #[derive(Clone, Copy)]
-struct ByteUnit {
-    name: &'static str,
+pub(super) struct ByteUnit {
+    pub(super) name: &'static str,
     bytes: f64,
 }
 
 impl ByteUnit {
-    fn for_max(max_bytes: f64) -> ByteUnit {
+    pub(super) fn for_max(max_bytes: f64) -> ByteUnit {
         if max_bytes >= 2.0 * (1u64 << 30) as f64 {
             ByteUnit { name: "GiB", bytes: (1u64 << 30) as f64 }
         } else {
@@ -42,13 +41,13 @@ impl ByteUnit {
         }
     }
 
-    fn of(self, bytes: f64) -> f64 {
+    pub(super) fn of(self, bytes: f64) -> f64 {
         bytes / self.bytes
     }
 }
 
 /// A tick label with no more decimals than it needs.
-fn tick(v: f64) -> String {
+pub(super) fn tick(v: f64) -> String {
     if (v - v.round()).abs() < 1e-9 {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {
@@ -58,12 +57,12 @@ fn tick(v: f64) -> String {
     }
 }
 
-fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(super) fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing a plot: {e:?}")
 }
 
 /// Draws into a fresh SVG of [`SIZE`] and returns its text.
-fn svg(draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<()>) -> Result<String> {
+pub(super) fn svg(draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<()>) -> Result<String> {
     let mut text = String::new();
     {
         let root = SVGBackend::with_string(&mut text, SIZE).into_drawing_area();
@@ -107,7 +106,7 @@ fn batch_chart<'a, 'b>(
 }
 
 /// The legend, bottom right (where a rising curve leaves room), on a pale box.
-fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, font_size: u32) -> Result<()> {
+pub(super) fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, font_size: u32) -> Result<()> {
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
@@ -443,89 +442,6 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
                 )))
                 .map_err(plot_err)?;
         }
-        Ok(())
-    })
-}
-
-/// The trainer's `train.svg`: loss (top) and memory (bottom) over the
-/// optimizer steps, with back-offs marked.
-pub fn train_svg(rows: &[TrainRow]) -> Result<String> {
-    let steps: Vec<&TrainRow> = rows.iter().filter(|r| r.event == "step").collect();
-    let loss: Vec<(f64, f64)> = steps.iter().filter_map(|r| Some((r.step as f64, r.loss?))).collect();
-    let peak: Vec<(f64, f64)> =
-        steps.iter().filter_map(|r| Some((r.step as f64, r.peak_allocated_bytes? as f64))).collect();
-    let reserved: Vec<(f64, f64)> =
-        steps.iter().filter_map(|r| Some((r.step as f64, r.peak_reserved_bytes? as f64))).collect();
-    let backoffs: Vec<f64> = rows.iter().filter(|r| r.event == "backoff").map(|r| r.step as f64 + 0.5).collect();
-    let x_max = rows.iter().map(|r| r.step).max().unwrap_or(1).max(1) as f64;
-    let loss_max = loss.iter().map(|p| p.1).filter(|l| l.is_finite()).fold(0.0, f64::max).max(1e-3) * 1.1;
-    let mem_max = peak.iter().chain(&reserved).map(|p| p.1).fold(1.0, f64::max) * 1.15;
-    let unit = ByteUnit::for_max(mem_max);
-    svg(|root| {
-        let (top, bottom) = root.split_vertically(SIZE.1 / 2);
-        let mut upper = ChartBuilder::on(&top)
-            .caption("training loss and memory per optimizer step (measured)", (FONT, 18))
-            .margin(14)
-            .x_label_area_size(36)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..x_max, 0f64..loss_max)
-            .map_err(plot_err)?;
-        upper
-            .configure_mesh()
-            .x_desc("step")
-            .y_desc("loss")
-            .axis_desc_style((FONT, 15))
-            .label_style((FONT, 12))
-            .x_label_formatter(&|x| tick(*x))
-            .y_label_formatter(&|y| tick(*y))
-            .draw()
-            .map_err(plot_err)?;
-        upper
-            .draw_series(LineSeries::new(loss.clone(), BLUE.stroke_width(2)))
-            .map_err(plot_err)?
-            .label("loss")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLUE.stroke_width(2)));
-        upper.configure_series_labels().label_font((FONT, 13)).border_style(GREY).draw().map_err(plot_err)?;
-
-        let mut lower = ChartBuilder::on(&bottom)
-            .margin(14)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..x_max, 0f64..unit.of(mem_max))
-            .map_err(plot_err)?;
-        lower
-            .configure_mesh()
-            .x_desc("step")
-            .y_desc(format!("memory ({})", unit.name))
-            .axis_desc_style((FONT, 15))
-            .label_style((FONT, 12))
-            .x_label_formatter(&|x| tick(*x))
-            .y_label_formatter(&|y| tick(*y))
-            .draw()
-            .map_err(plot_err)?;
-        let mem_series: [Series; 2] = [("peak allocated", &peak, BLACK), ("peak reserved", &reserved, PURPLE)];
-        for (name, points, color) in mem_series {
-            if points.is_empty() {
-                continue;
-            }
-            lower
-                .draw_series(LineSeries::new(points.iter().map(|&(x, y)| (x, unit.of(y))), color.stroke_width(2)))
-                .map_err(plot_err)?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
-        }
-        if !backoffs.is_empty() {
-            lower
-                .draw_series(
-                    backoffs
-                        .iter()
-                        .map(|&x| PathElement::new(vec![(x, 0.0), (x, unit.of(mem_max))], RED.stroke_width(2))),
-                )
-                .map_err(plot_err)?
-                .label("OOM back-off")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], RED.stroke_width(2)));
-        }
-        legend(&mut lower, 13)?;
         Ok(())
     })
 }

@@ -1,22 +1,61 @@
 //! The training log, `--log train.csv`: a row every `--log-every` steps with
 //! loss, batch arithmetic, speed and memory, and a row for every event (start,
-//! back-off, re-probe, out of memory at batch 1, done). Rewritten atomically
-//! at each row, so it is always complete and readable; `train.svg` beside it
-//! plots the loss and memory over the steps.
+//! back-off, re-probe, out of memory at batch 1, interrupted, done).
+//! Rewritten atomically at each row, so it is always complete and readable;
+//! `train.svg` beside it plots the loss and memory over the steps.
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::plot::{legend, plot_err, svg, tick, ByteUnit, Series, FONT, GREY, PURPLE, SIZE};
 use crate::measure::record::StepRecord;
 use crate::report::output::write_atomic;
+
+/// What a log row records: an optimizer step, or an event of the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainEvent {
+    #[default]
+    Step,
+    Start,
+    /// Out of memory: the micro-batch was halved, the effective batch kept.
+    Backoff,
+    /// Steps without an OOM: the micro-batch was doubled back.
+    Reprobe,
+    #[serde(rename = "oom-at-batch-1")]
+    OomAtBatch1,
+    Interrupted,
+    Done,
+}
+
+/// Where the run is: the optimizer step and the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub step: u64,
+    pub epoch: u64,
+}
+
+/// How the effective batch is split: micro-batch x accumulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSplit {
+    pub micro_batch: u64,
+    pub effective_batch: u64,
+}
+
+impl BatchSplit {
+    /// Micro-batches per optimizer step.
+    pub fn accumulation(self) -> u64 {
+        self.effective_batch.div_ceil(self.micro_batch)
+    }
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainRow {
     pub step: u64,
     pub epoch: u64,
-    /// `step` for a progress row, else the event's name.
-    pub event: String,
+    pub event: TrainEvent,
     pub loss: Option<f64>,
     pub micro_batch: u64,
     pub accumulation: u64,
@@ -33,26 +72,31 @@ pub struct TrainRow {
 }
 
 impl TrainRow {
-    #[allow(clippy::too_many_arguments)]
+    /// An event's row.
+    pub fn event(at: Position, split: BatchSplit, event: TrainEvent, message: &str) -> TrainRow {
+        TrainRow {
+            step: at.step,
+            epoch: at.epoch,
+            event,
+            micro_batch: split.micro_batch,
+            accumulation: split.accumulation(),
+            effective_batch: split.effective_batch,
+            message: message.into(),
+            ..TrainRow::default()
+        }
+    }
+
+    /// An optimizer step's row, with the memory read after it.
     pub fn step(
-        step: u64,
-        epoch: u64,
+        at: Position,
+        split: BatchSplit,
         loss: f64,
-        micro_batch: u64,
-        accumulation: u64,
-        effective_batch: u64,
         samples_per_second: f64,
         step_seconds: f64,
         mem: &StepRecord,
     ) -> TrainRow {
         TrainRow {
-            step,
-            epoch,
-            event: "step".into(),
             loss: Some(loss),
-            micro_batch,
-            accumulation,
-            effective_batch,
             samples_per_second: Some(samples_per_second),
             step_seconds: Some(step_seconds),
             allocated_bytes: Some(mem.allocated_bytes),
@@ -61,7 +105,7 @@ impl TrainRow {
             peak_reserved_bytes: mem.peak_reserved_bytes,
             nvml_used_bytes: mem.nvml_used_bytes,
             host_peak_rss_bytes: mem.host_peak_rss_bytes,
-            message: String::new(),
+            ..TrainRow::event(at, split, TrainEvent::Step, "")
         }
     }
 }
@@ -90,40 +134,97 @@ impl TrainLog {
     pub fn push(&mut self, row: TrainRow) -> Result<()> {
         // Plots are redrawn at every event and every PLOT_EVERY rows, so a
         // long run does not redraw thousands of points at each step.
-        let replot = row.event != "step" || self.rows.len().is_multiple_of(PLOT_EVERY);
+        let replot = row.event != TrainEvent::Step || self.rows.len().is_multiple_of(PLOT_EVERY);
         self.rows.push(row);
         let Some(path) = &self.path else { return Ok(()) };
-        let mut w = csv::Writer::from_writer(Vec::new());
-        for r in &self.rows {
-            w.serialize(r)?;
-        }
-        write_atomic(path, &w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)?;
+        write_atomic(path, &super::csv::to_bytes::<TrainRow>(&self.rows)?)?;
         if replot {
-            write_atomic(&plot_path(path), crate::report::plot::train_svg(&self.rows)?.as_bytes())?;
+            write_atomic(&plot_path(path), train_svg(&self.rows)?.as_bytes())?;
         }
         Ok(())
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn event(
-        &mut self,
-        step: u64,
-        epoch: u64,
-        event: &str,
-        micro_batch: u64,
-        accumulation: u64,
-        effective_batch: u64,
-        message: &str,
-    ) -> Result<()> {
-        self.push(TrainRow {
-            step,
-            epoch,
-            event: event.into(),
-            micro_batch,
-            accumulation,
-            effective_batch,
-            message: message.into(),
-            ..TrainRow::default()
-        })
-    }
+/// The trainer's `train.svg`: loss (top) and memory (bottom) over the
+/// optimizer steps, with back-offs marked.
+pub fn train_svg(rows: &[TrainRow]) -> Result<String> {
+    let steps: Vec<&TrainRow> = rows.iter().filter(|r| r.event == TrainEvent::Step).collect();
+    let loss: Vec<(f64, f64)> = steps.iter().filter_map(|r| Some((r.step as f64, r.loss?))).collect();
+    let peak: Vec<(f64, f64)> =
+        steps.iter().filter_map(|r| Some((r.step as f64, r.peak_allocated_bytes? as f64))).collect();
+    let reserved: Vec<(f64, f64)> =
+        steps.iter().filter_map(|r| Some((r.step as f64, r.peak_reserved_bytes? as f64))).collect();
+    let backoffs: Vec<f64> =
+        rows.iter().filter(|r| r.event == TrainEvent::Backoff).map(|r| r.step as f64 + 0.5).collect();
+    let x_max = rows.iter().map(|r| r.step).max().unwrap_or(1).max(1) as f64;
+    let loss_max = loss.iter().map(|p| p.1).filter(|l| l.is_finite()).fold(0.0, f64::max).max(1e-3) * 1.1;
+    let mem_max = peak.iter().chain(&reserved).map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    let unit = ByteUnit::for_max(mem_max);
+    svg(|root| {
+        let (top, bottom) = root.split_vertically(SIZE.1 / 2);
+        let mut upper = ChartBuilder::on(&top)
+            .caption("training loss and memory per optimizer step (measured)", (FONT, 18))
+            .margin(14)
+            .x_label_area_size(36)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..x_max, 0f64..loss_max)
+            .map_err(plot_err)?;
+        upper
+            .configure_mesh()
+            .x_desc("step")
+            .y_desc("loss")
+            .axis_desc_style((FONT, 15))
+            .label_style((FONT, 12))
+            .x_label_formatter(&|x| tick(*x))
+            .y_label_formatter(&|y| tick(*y))
+            .draw()
+            .map_err(plot_err)?;
+        upper
+            .draw_series(LineSeries::new(loss.clone(), BLUE.stroke_width(2)))
+            .map_err(plot_err)?
+            .label("loss")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLUE.stroke_width(2)));
+        upper.configure_series_labels().label_font((FONT, 13)).border_style(GREY).draw().map_err(plot_err)?;
+
+        let mut lower = ChartBuilder::on(&bottom)
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..x_max, 0f64..unit.of(mem_max))
+            .map_err(plot_err)?;
+        lower
+            .configure_mesh()
+            .x_desc("step")
+            .y_desc(format!("memory ({})", unit.name))
+            .axis_desc_style((FONT, 15))
+            .label_style((FONT, 12))
+            .x_label_formatter(&|x| tick(*x))
+            .y_label_formatter(&|y| tick(*y))
+            .draw()
+            .map_err(plot_err)?;
+        let mem_series: [Series; 2] = [("peak allocated", &peak, BLACK), ("peak reserved", &reserved, PURPLE)];
+        for (name, points, color) in mem_series {
+            if points.is_empty() {
+                continue;
+            }
+            lower
+                .draw_series(LineSeries::new(points.iter().map(|&(x, y)| (x, unit.of(y))), color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
+        }
+        if !backoffs.is_empty() {
+            lower
+                .draw_series(
+                    backoffs
+                        .iter()
+                        .map(|&x| PathElement::new(vec![(x, 0.0), (x, unit.of(mem_max))], RED.stroke_width(2))),
+                )
+                .map_err(plot_err)?
+                .label("OOM back-off")
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], RED.stroke_width(2)));
+        }
+        legend(&mut lower, 13)?;
+        Ok(())
+    })
 }

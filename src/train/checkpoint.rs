@@ -8,15 +8,17 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
+use crate::measure::optim::OptimizerKind;
 use crate::measure::workload::Workload;
+use crate::report::output::replace_atomically;
 
-/// Where a run stands.
+/// Where a run stands: what a checkpoint needs to resume it exactly.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Progress {
+pub struct RunState {
     pub model: String,
     pub input: Vec<i64>,
     pub classes: i64,
-    pub optimizer: String,
+    pub optimizer: OptimizerKind,
     /// Optimizer steps completed.
     pub step: u64,
     pub epoch: u64,
@@ -29,7 +31,7 @@ pub struct Progress {
 
 const META: &str = "meta.json";
 
-pub fn save(path: &Path, workload: &Workload, progress: &Progress) -> Result<()> {
+pub fn save(path: &Path, workload: &Workload, progress: &RunState) -> Result<()> {
     let mut named: Vec<(String, Tensor)> = Vec::new();
     let mut vars: Vec<(String, Tensor)> = workload.var_store().variables().into_iter().collect();
     vars.sort_by(|a, b| a.0.cmp(&b.0));
@@ -38,25 +40,12 @@ pub fn save(path: &Path, workload: &Workload, progress: &Progress) -> Result<()>
     let meta = serde_json::to_vec(progress)?;
     named.push((META.into(), Tensor::from_slice(&meta)));
 
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
-        std::process::id()
-    ));
-    let written = Tensor::write_safetensors(&named, &tmp).map_err(|e| anyhow!("{e}")).and_then(|_| {
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        Ok(())
-    });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written.with_context(|| format!("writing the checkpoint {}", path.display()))
+    replace_atomically(path, |tmp| Tensor::write_safetensors(&named, tmp).map_err(|e| anyhow!("{e}")))
+        .with_context(|| format!("writing the checkpoint {}", path.display()))
 }
 
 /// Reads a checkpoint's progress without touching a model.
-pub fn read(path: &Path) -> Result<(Progress, Vec<(String, Tensor)>)> {
+pub fn read(path: &Path) -> Result<(RunState, Vec<(String, Tensor)>)> {
     // A missing or damaged --resume file is the user's input: a usage error.
     let named = Tensor::read_safetensors(path).map_err(|e| {
         crate::error::UsageError::new(format!("{}: not a readable vramprobe checkpoint ({e})", path.display()))
@@ -66,7 +55,7 @@ pub fn read(path: &Path) -> Result<(Progress, Vec<(String, Tensor)>)> {
         .find(|(k, _)| k == META)
         .ok_or_else(|| anyhow!("{}: not a vramprobe checkpoint (no {META})", path.display()))?;
     let bytes = Vec::<u8>::try_from(&meta.1.to_kind(Kind::Uint8)).map_err(|e| anyhow!("{e}"))?;
-    let progress: Progress = serde_json::from_slice(&bytes)
+    let progress: RunState = serde_json::from_slice(&bytes)
         .with_context(|| format!("{}: unreadable checkpoint metadata", path.display()))?;
     Ok((progress, named))
 }

@@ -4,20 +4,23 @@
 //! the effective batch.
 pub mod checkpoint;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+use crate::error::Interrupted;
 use crate::measure::data::{epoch_order, Dataset};
 use crate::measure::device::probe::Probe;
 use crate::measure::device::Device;
+use crate::measure::failure::{is_oom_message, Phase, StepError};
+use crate::measure::optim::OptimizerKind;
 use crate::measure::record::StepRecord;
-use crate::measure::workload::{Phase, StepError, Workload};
+use crate::measure::workload::Workload;
 use crate::report::progress::Status;
-use crate::report::train_log::{TrainLog, TrainRow};
+use crate::report::train_log::{BatchSplit, Position, TrainEvent, TrainLog, TrainRow};
 use crate::units::human_bytes;
-use checkpoint::Progress;
+use checkpoint::RunState;
 
 /// How long to train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +34,7 @@ pub struct TrainConfig {
     pub model: String,
     pub input: Vec<i64>,
     pub classes: i64,
-    pub optimizer: String,
+    pub optimizer: OptimizerKind,
     pub device: Device,
     /// The plan's recommended batch: where the micro-batch starts.
     pub micro_batch: u64,
@@ -65,8 +68,8 @@ pub fn accumulate(
     let mut loss = 0.0;
     for (i, chunk) in indices.chunks(micro.max(1)).enumerate() {
         let (xs, ys) = data.batch(chunk, device).map_err(|e| StepError {
-            oom: crate::measure::workload::is_oom_message(&e.to_string()),
-            phase: crate::measure::workload::Phase::Data,
+            oom: is_oom_message(&e.to_string()),
+            phase: Phase::Data,
             message: e.to_string(),
         })?;
         // Dropout and other randomness: the same for the same step and chunk.
@@ -103,12 +106,228 @@ impl Cursor {
 }
 
 /// "micro-batch 32 -> 16, accumulation 2 -> 4, effective batch 64 unchanged".
-fn batch_change(from: u64, to: u64, effective: u64) -> String {
+fn batch_change(from: BatchSplit, to: BatchSplit) -> String {
     format!(
-        "micro-batch {from} -> {to}, accumulation {} -> {}, effective batch {effective} unchanged",
-        effective.div_ceil(from),
-        effective.div_ceil(to)
+        "micro-batch {} -> {}, accumulation {} -> {}, effective batch {} unchanged",
+        from.micro_batch,
+        to.micro_batch,
+        from.accumulation(),
+        to.accumulation(),
+        to.effective_batch
     )
+}
+
+/// One training run in progress: the configuration, what it trains, and
+/// where it stands.
+struct Trainer<'a> {
+    cfg: &'a TrainConfig,
+    workload: &'a mut Workload,
+    probe: &'a Probe,
+    data: &'a Dataset,
+    cursor: Cursor,
+    micro: u64,
+    log: TrainLog,
+    status: Status,
+    /// Optimizer steps since the last back-off or re-probe.
+    stable_steps: u64,
+    total_steps: u64,
+    started: Instant,
+    samples_done: u64,
+}
+
+impl Trainer<'_> {
+    fn split(&self) -> BatchSplit {
+        BatchSplit { micro_batch: self.micro, effective_batch: self.cfg.effective_batch }
+    }
+
+    fn at(&self) -> Position {
+        Position { step: self.cursor.step, epoch: self.cursor.epoch }
+    }
+
+    /// Says `message` on the terminal (as `shown`) and logs it as `event`.
+    fn event(&mut self, event: TrainEvent, shown: &str, message: &str) -> Result<()> {
+        self.status.line(shown);
+        self.log.push(TrainRow::event(self.at(), self.split(), event, message))
+    }
+
+    fn state(&self) -> RunState {
+        RunState {
+            model: self.cfg.model.clone(),
+            input: self.cfg.input.clone(),
+            classes: self.cfg.classes,
+            optimizer: self.cfg.optimizer,
+            step: self.cursor.step,
+            epoch: self.cursor.epoch,
+            position: self.cursor.position,
+            micro_batch: self.micro,
+            effective_batch: self.cfg.effective_batch,
+            seed: self.cfg.seed,
+        }
+    }
+
+    fn save_checkpoint(&self, path: &Path) -> Result<()> {
+        checkpoint::save(path, self.workload, &self.state())
+    }
+
+    fn samples_per_second(&self) -> f64 {
+        self.samples_done as f64 / self.started.elapsed().as_secs_f64().max(1e-9)
+    }
+
+    /// Between optimizer steps the state is whole: save it and stop.
+    fn stop(&mut self, interrupted: Interrupted) -> Result<()> {
+        let step = self.cursor.step;
+        let path = self
+            .cfg
+            .checkpoint
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("vramprobe-interrupted-step-{step}.ckpt")));
+        self.save_checkpoint(&path)?;
+        let msg = format!(
+            "{interrupted} after step {step}: saved a checkpoint to {}; continue with --resume {}",
+            path.display(),
+            path.display()
+        );
+        self.event(TrainEvent::Interrupted, &msg, &msg)?;
+        Err(interrupted.into())
+    }
+
+    /// One optimizer step over `indices`, backing off on out-of-memory
+    /// errors; returns its loss.
+    fn train_step(&mut self, indices: &[usize], seed: u64) -> Result<f64> {
+        // Some(loss) once the gradients are complete and only the update is left.
+        let mut pending: Option<f64> = None;
+        loop {
+            let result = match pending {
+                Some(loss) => Ok(loss),
+                None => accumulate(self.workload, self.data, indices, self.micro as usize, seed),
+            };
+            let result = result.and_then(|loss| {
+                pending = Some(loss);
+                self.workload.optimizer_step().map(|_| loss)
+            });
+            match result {
+                Ok(loss) => return Ok(loss),
+                Err(e) if e.oom => {
+                    // In forward or backward: drop the partial gradients and
+                    // redo the step from its first micro-batch. In the update:
+                    // the gradients are complete; finish the interrupted
+                    // update with them (redoing it would apply part twice).
+                    let in_update = e.phase == Phase::Optimizer;
+                    if !in_update {
+                        let _ = self.workload.zero_grad();
+                        pending = None;
+                    }
+                    self.back_off(&e, in_update)?;
+                }
+                Err(e) => {
+                    if let Some(path) = &self.cfg.checkpoint {
+                        let _ = self.save_checkpoint(path);
+                    }
+                    return Err(e).with_context(|| format!("training step {}", self.cursor.step + 1));
+                }
+            }
+        }
+    }
+
+    /// Halves the micro-batch after an out-of-memory error, keeping the
+    /// effective batch; at micro-batch 1 there is nothing left to halve.
+    fn back_off(&mut self, e: &StepError, in_update: bool) -> Result<()> {
+        if let Device::Cuda(_) = self.cfg.device {
+            let _ = crate::measure::shim::cuda_empty_cache();
+        }
+        let next_step = self.cursor.step + 1;
+        if self.micro == 1 {
+            let msg = format!("out of memory at micro-batch 1 ({e})");
+            self.event(TrainEvent::OomAtBatch1, &format!("step {next_step}: {msg}"), &msg)?;
+            if let Some(path) = &self.cfg.checkpoint {
+                self.save_checkpoint(path)?;
+                bail!("{msg}; saved a checkpoint of step {} to {}", self.cursor.step, path.display());
+            }
+            bail!("{msg}; nothing to save without --checkpoint");
+        }
+        let from = self.split();
+        self.micro = (self.micro / 2).max(1);
+        self.stable_steps = 0;
+        let next = if in_update {
+            format!("completing the update of step {next_step}")
+        } else {
+            format!("redoing step {next_step} from its first micro-batch")
+        };
+        let msg = format!("{e}: {}; {next}", batch_change(from, self.split()));
+        self.event(TrainEvent::Backoff, &format!("back-off: {msg}"), &msg)
+    }
+
+    /// A log row (and a terminal line) for the step just done, with the
+    /// memory it peaked at.
+    fn log_step(&mut self, loss: f64, step_seconds: f64) -> Result<()> {
+        let mut mem = StepRecord::default();
+        self.probe.read_into(&mut mem);
+        let rate = self.samples_per_second();
+        let split = self.split();
+        let text = format!(
+            "loss {loss:.4}  {} x {} = {}  {rate:.1} samples/s  peak {}",
+            split.micro_batch,
+            split.accumulation(),
+            split.effective_batch,
+            human_bytes(mem.peak_allocated_bytes as f64)
+        );
+        if self.status.is_live() {
+            self.status.update(text);
+        } else {
+            self.status.line(&format!("step {}/{}  {text}", self.cursor.step, self.total_steps));
+        }
+        self.log.push(TrainRow::step(self.at(), split, loss, rate, step_seconds, &mem))
+    }
+
+    /// After `--reprobe-after` steps without an OOM, doubles the micro-batch
+    /// back towards the plan's.
+    fn maybe_reprobe(&mut self) -> Result<()> {
+        let Some(k) = self.cfg.reprobe_after else { return Ok(()) };
+        let ceiling = self.cfg.micro_batch.min(self.cfg.effective_batch);
+        if self.stable_steps >= k && self.micro < ceiling && self.cursor.step < self.total_steps {
+            let from = self.split();
+            self.micro = (self.micro * 2).min(self.cfg.micro_batch);
+            self.stable_steps = 0;
+            let msg = format!("{k} steps without an OOM: {}", batch_change(from, self.split()));
+            self.event(TrainEvent::Reprobe, &format!("re-probe: {msg}"), &msg)?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<u64> {
+        let (n, effective) = (self.data.len(), self.cfg.effective_batch as usize);
+        while self.cursor.step < self.total_steps {
+            if let Err(interrupted) = crate::interrupt::check() {
+                self.stop(interrupted)?;
+            }
+            let indices = self.cursor.next(n, effective, self.cfg.seed);
+            let step_seed = self.cfg.seed ^ self.cursor.step.wrapping_mul(0x9E37_79B9);
+            self.probe.reset_peak();
+            let step_started = Instant::now();
+            let loss = self.train_step(&indices, step_seed)?;
+            self.cursor.step += 1;
+            self.status.set_position(self.cursor.step);
+            self.cursor.position += effective;
+            self.samples_done += effective as u64;
+            self.stable_steps += 1;
+            let step_seconds = step_started.elapsed().as_secs_f64();
+            if self.cursor.step.is_multiple_of(self.cfg.log_every) || self.cursor.step == self.total_steps {
+                self.log_step(loss, step_seconds)?;
+            }
+            if let (Some(path), Some(every)) = (&self.cfg.checkpoint, self.cfg.checkpoint_every) {
+                if self.cursor.step.is_multiple_of(every) {
+                    self.save_checkpoint(path)?;
+                }
+            }
+            self.maybe_reprobe()?;
+        }
+        if let Some(path) = &self.cfg.checkpoint {
+            self.save_checkpoint(path)?;
+        }
+        let msg = format!("done: {} steps, {:.1} samples/s", self.cursor.step, self.samples_per_second());
+        self.event(TrainEvent::Done, &msg, &msg)?;
+        Ok(self.cursor.step)
+    }
 }
 
 /// Trains; returns the number of optimizer steps completed.
@@ -117,205 +336,48 @@ pub fn run(
     workload: &mut Workload,
     probe: &Probe,
     data: &Dataset,
-    resume: Option<Progress>,
+    resume: Option<RunState>,
 ) -> Result<u64> {
     let n = data.len();
-    let effective = cfg.effective_batch as usize;
-    if effective > n {
-        bail!("the effective batch {effective} is larger than the data set ({n} samples)");
+    if cfg.effective_batch as usize > n {
+        bail!("the effective batch {} is larger than the data set ({n} samples)", cfg.effective_batch);
     }
-    let mut micro = cfg.micro_batch.min(cfg.effective_batch);
-    let mut cursor = Cursor { step: 0, epoch: 0, position: 0, order: epoch_order(n, cfg.seed, 0) };
-    if let Some(p) = &resume {
-        cursor =
-            Cursor { step: p.step, epoch: p.epoch, position: p.position, order: epoch_order(n, cfg.seed, p.epoch) };
-        micro = p.micro_batch.min(cfg.effective_batch);
-    }
+    let (cursor, micro) = match &resume {
+        Some(p) => (
+            Cursor { step: p.step, epoch: p.epoch, position: p.position, order: epoch_order(n, cfg.seed, p.epoch) },
+            p.micro_batch,
+        ),
+        None => (Cursor { step: 0, epoch: 0, position: 0, order: epoch_order(n, cfg.seed, 0) }, cfg.micro_batch),
+    };
     let total_steps = match cfg.length {
         Length::Steps(s) => s,
-        Length::Epochs(e) => e * (n / effective) as u64,
+        Length::Epochs(e) => e * (n / cfg.effective_batch as usize) as u64,
     };
-    let mut log = TrainLog::new(cfg.log_path.clone());
     let status =
         Status::new(cfg.quiet, Some(total_steps), "{bar} {pos}/{len} steps  {msg}  [{elapsed_precise}, {eta} left]");
     status.set_position(cursor.step);
-    let accumulation = |micro: u64| cfg.effective_batch.div_ceil(micro);
-    let start_msg = format!(
-        "training {} steps: micro-batch {micro} x {} accumulation = effective batch {}{}",
+    let mut trainer = Trainer {
+        cfg,
+        workload,
+        probe,
+        data,
+        cursor,
+        micro: micro.min(cfg.effective_batch),
+        log: TrainLog::new(cfg.log_path.clone()),
+        status,
+        stable_steps: 0,
         total_steps,
-        accumulation(micro),
-        cfg.effective_batch,
+        started: Instant::now(),
+        samples_done: 0,
+    };
+    let split = trainer.split();
+    let start_msg = format!(
+        "training {total_steps} steps: micro-batch {} x {} accumulation = effective batch {}{}",
+        split.micro_batch,
+        split.accumulation(),
+        split.effective_batch,
         if data.is_synthetic() { " (SYNTHETIC data)" } else { "" }
     );
-    status.line(&start_msg);
-    log.event(cursor.step, cursor.epoch, "start", micro, accumulation(micro), cfg.effective_batch, &start_msg)?;
-
-    let progress_of = |cursor: &Cursor, micro: u64| Progress {
-        model: cfg.model.clone(),
-        input: cfg.input.clone(),
-        classes: cfg.classes,
-        optimizer: cfg.optimizer.clone(),
-        step: cursor.step,
-        epoch: cursor.epoch,
-        position: cursor.position,
-        micro_batch: micro,
-        effective_batch: cfg.effective_batch,
-        seed: cfg.seed,
-    };
-    let mut stable_steps = 0u64;
-    let started = Instant::now();
-    let mut samples_done = 0u64;
-    while cursor.step < total_steps {
-        if let Err(interrupted) = crate::interrupt::check() {
-            // Between optimizer steps: the state is whole, so save it and stop.
-            let path = cfg
-                .checkpoint
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(format!("vramprobe-interrupted-step-{}.ckpt", cursor.step)));
-            checkpoint::save(&path, workload, &progress_of(&cursor, micro))?;
-            let msg = format!(
-                "{interrupted} after step {}: saved a checkpoint to {}; continue with --resume {}",
-                cursor.step,
-                path.display(),
-                path.display()
-            );
-            status.line(&msg);
-            log.event(cursor.step, cursor.epoch, "interrupted", micro, accumulation(micro), cfg.effective_batch, &msg)?;
-            return Err(interrupted.into());
-        }
-        let indices = cursor.next(n, effective, cfg.seed);
-        let step_seed = cfg.seed ^ cursor.step.wrapping_mul(0x9E37_79B9);
-        probe.reset_peak();
-        let step_started = Instant::now();
-        // Some(loss) once the gradients are complete and only the update is left.
-        let mut pending: Option<f64> = None;
-        let loss = loop {
-            let result = match pending {
-                Some(loss) => Ok(loss),
-                None => accumulate(workload, data, &indices, micro as usize, step_seed),
-            };
-            let result = result.and_then(|loss| {
-                pending = Some(loss);
-                workload.optimizer_step().map(|_| loss)
-            });
-            match result {
-                Ok(loss) => break loss,
-                Err(e) if e.oom => {
-                    // In forward or backward: drop the partial gradients and
-                    // redo the step from its first micro-batch. In the update:
-                    // the gradients are complete; finish the interrupted
-                    // update with them (redoing it would apply part twice).
-                    let in_update = e.phase == Phase::Optimizer;
-                    if !in_update {
-                        let _ = workload.zero_grad();
-                        pending = None;
-                    }
-                    if let Device::Cuda(_) = cfg.device {
-                        let _ = crate::measure::shim::cuda_empty_cache();
-                    }
-                    if micro == 1 {
-                        let msg = format!("out of memory at micro-batch 1 ({e})");
-                        status.line(&format!("step {}: {msg}", cursor.step + 1));
-                        log.event(
-                            cursor.step,
-                            cursor.epoch,
-                            "oom-at-batch-1",
-                            micro,
-                            accumulation(micro),
-                            cfg.effective_batch,
-                            &msg,
-                        )?;
-                        if let Some(path) = &cfg.checkpoint {
-                            checkpoint::save(path, workload, &progress_of(&cursor, micro))?;
-                            bail!("{msg}; saved a checkpoint of step {} to {}", cursor.step, path.display());
-                        }
-                        bail!("{msg}; nothing to save without --checkpoint");
-                    }
-                    let from = micro;
-                    micro = (micro / 2).max(1);
-                    stable_steps = 0;
-                    let next = if in_update {
-                        format!("completing the update of step {}", cursor.step + 1)
-                    } else {
-                        format!("redoing step {} from its first micro-batch", cursor.step + 1)
-                    };
-                    let msg = format!("{e}: {}; {next}", batch_change(from, micro, cfg.effective_batch));
-                    status.line(&format!("back-off: {msg}"));
-                    log.event(
-                        cursor.step,
-                        cursor.epoch,
-                        "backoff",
-                        micro,
-                        accumulation(micro),
-                        cfg.effective_batch,
-                        &msg,
-                    )?;
-                }
-                Err(e) => {
-                    if let Some(path) = &cfg.checkpoint {
-                        let _ = checkpoint::save(path, workload, &progress_of(&cursor, micro));
-                    }
-                    return Err(e).with_context(|| format!("training step {}", cursor.step + 1));
-                }
-            }
-        };
-        cursor.step += 1;
-        status.set_position(cursor.step);
-        cursor.position += effective;
-        samples_done += effective as u64;
-        stable_steps += 1;
-        let step_seconds = step_started.elapsed().as_secs_f64();
-
-        if cursor.step.is_multiple_of(cfg.log_every) || cursor.step == total_steps {
-            let mut mem = StepRecord::default();
-            probe.read_into(&mut mem);
-            let rate = samples_done as f64 / started.elapsed().as_secs_f64().max(1e-9);
-            let row = TrainRow::step(
-                cursor.step,
-                cursor.epoch,
-                loss,
-                micro,
-                accumulation(micro),
-                cfg.effective_batch,
-                rate,
-                step_seconds,
-                &mem,
-            );
-            let text = format!(
-                "loss {loss:.4}  {micro} x {} = {}  {rate:.1} samples/s  peak {}",
-                accumulation(micro),
-                cfg.effective_batch,
-                human_bytes(mem.peak_allocated_bytes as f64)
-            );
-            if status.is_live() {
-                status.update(text);
-            } else {
-                status.line(&format!("step {}/{total_steps}  {text}", cursor.step));
-            }
-            log.push(row)?;
-        }
-        if let (Some(path), Some(every)) = (&cfg.checkpoint, cfg.checkpoint_every) {
-            if cursor.step.is_multiple_of(every) {
-                checkpoint::save(path, workload, &progress_of(&cursor, micro))?;
-            }
-        }
-        if let Some(k) = cfg.reprobe_after {
-            if stable_steps >= k && micro < cfg.micro_batch.min(cfg.effective_batch) && cursor.step < total_steps {
-                let from = micro;
-                micro = (micro * 2).min(cfg.micro_batch);
-                stable_steps = 0;
-                let msg = format!("{k} steps without an OOM: {}", batch_change(from, micro, cfg.effective_batch));
-                status.line(&format!("re-probe: {msg}"));
-                log.event(cursor.step, cursor.epoch, "reprobe", micro, accumulation(micro), cfg.effective_batch, &msg)?;
-            }
-        }
-    }
-    if let Some(path) = &cfg.checkpoint {
-        checkpoint::save(path, workload, &progress_of(&cursor, micro))?;
-    }
-    let rate = samples_done as f64 / started.elapsed().as_secs_f64().max(1e-9);
-    let msg = format!("done: {} steps, {rate:.1} samples/s", cursor.step);
-    status.line(&msg);
-    log.event(cursor.step, cursor.epoch, "done", micro, accumulation(micro), cfg.effective_batch, &msg)?;
-    Ok(cursor.step)
+    trainer.event(TrainEvent::Start, &start_msg, &start_msg)?;
+    trainer.run()
 }
