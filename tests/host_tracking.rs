@@ -1,7 +1,7 @@
 //! The shim's host tracker counts exactly. One test function on purpose: the
 //! tracker's counters are process-wide, so checks must not run in parallel.
 use tch::{Device, Kind, Tensor};
-use vramprobe::measure::device::probe::Probe;
+use vramprobe::measure::meter::MemoryMeter;
 use vramprobe::measure::optim::OptimizerKind;
 use vramprobe::measure::shim;
 use vramprobe::measure::workload::{Workload, WorkloadConfig};
@@ -17,7 +17,7 @@ const RESNET18_BUFFER_BYTES: u64 = 2 * 4_800 * 4;
 
 #[test]
 fn host_tracking_counts_exact_bytes() {
-    let (probe, _) = Probe::open(vramprobe::measure::device::Device::Cpu).unwrap();
+    let (meter, _) = MemoryMeter::open(vramprobe::measure::device::Device::Cpu).unwrap();
     let baseline = shim::host_stats().current;
 
     // A 1024 x 1024 f32 tensor is exactly 4 MiB.
@@ -42,16 +42,16 @@ fn host_tracking_counts_exact_bytes() {
         precision: Default::default(),
         mode: Default::default(),
     };
-    let before = probe.current_bytes();
+    let before = meter.current_bytes();
     let mut workload = Workload::new(config, vramprobe::measure::device::Device::Cpu).unwrap();
     assert_eq!(workload.parameters() as i64, RESNET18_PARAMETERS);
     assert_eq!(workload.parameter_bytes() as u64, RESNET18_PARAMETER_BYTES);
-    assert_eq!(probe.current_bytes() - before, RESNET18_PARAMETER_BYTES + RESNET18_BUFFER_BYTES);
+    assert_eq!(meter.current_bytes() - before, RESNET18_PARAMETER_BYTES + RESNET18_BUFFER_BYTES);
 
     // After a step, gradients and Adam's two moments stay: 3 more copies of the parameters.
     workload.step(2).unwrap();
     assert_eq!(
-        probe.current_bytes() - before,
+        meter.current_bytes() - before,
         RESNET18_PARAMETER_BYTES + RESNET18_BUFFER_BYTES + 3 * RESNET18_PARAMETER_BYTES
     );
 }

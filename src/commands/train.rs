@@ -4,7 +4,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::commands::cli::TrainArgs;
 use crate::error::UsageError;
 use crate::measure::data::Dataset;
-use crate::measure::device::{self, probe::Probe, Device};
+use crate::measure::device::{self, Device};
+use crate::measure::meter::MemoryMeter;
 use crate::measure::precision::Mode;
 use crate::measure::workload::{Workload, WorkloadConfig};
 use crate::report::plan_file;
@@ -58,7 +59,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
             Device::Cuda(_) => bail!(UsageError::new("train --capacity is implemented on the CPU only for now")),
         }
     }
-    let (probe, notes) = Probe::open(device).context("starting memory tracking")?;
+    let (meter, notes) = MemoryMeter::open(device).context("starting memory tracking")?;
     for note in notes {
         eprintln!("note: {note}");
     }
@@ -132,7 +133,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         seed: args.seed,
         quiet: args.quiet,
     };
-    train::run(&cfg, &mut workload, &probe, &data, resume)?;
+    train::run(&cfg, &mut workload, &meter, &data, resume)?;
     if let Some(log) = &args.log {
         println!("Wrote {}", log.display());
     }

@@ -3,7 +3,7 @@
 //! parent's [`record::TrialResult`]), the parent side that starts a trial
 //! child and reads it ([`runner`]), the child itself ([`trial`]: one
 //! [`workload`] step after another), and what a step is made of: [`model`],
-//! [`optim`], [`precision`], [`data`], [`device`] (cpu, cuda, nvml, the probe),
+//! [`optim`], [`precision`], [`data`], [`device`] (cpu, cuda, nvml), the [`meter`] that reads them around a step,
 //! the C++ [`shim`], the [`environment`], and TEST-ONLY [`fault`] injection.
 //!
 //! May import only `units`, `interrupt` and `error`: nothing here knows
@@ -13,6 +13,7 @@ pub mod device;
 pub mod environment;
 pub mod failure;
 pub mod fault;
+pub mod meter;
 pub mod model;
 pub mod optim;
 pub mod precision;

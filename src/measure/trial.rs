@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::measure::device::probe::Probe;
 use crate::measure::device::Device;
 use crate::measure::failure::StepError;
+use crate::measure::meter::MemoryMeter;
 use crate::measure::record::{Message, Outcome, StepRecord};
 use crate::measure::workload::{Workload, WorkloadConfig};
 
@@ -46,7 +46,7 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     if let (Some(limit), Device::Cpu) = (spec.cpu_limit, spec.device) {
         crate::measure::shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;
     }
-    let (probe, notes) = Probe::open(spec.device).context("starting memory tracking")?;
+    let (meter, notes) = MemoryMeter::open(spec.device).context("starting memory tracking")?;
     for note in notes {
         eprintln!("note: {note}");
     }
@@ -56,13 +56,13 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     };
     // Memory is the same at any loss scale; at 1 no step is skipped.
     workload.set_loss_scale(1.0);
-    let (device_name, device_total_bytes) = probe.describe();
+    let (device_name, device_total_bytes) = meter.describe();
     emit(
         out,
         &Message::Start {
             parameters: workload.parameters(),
             parameter_bytes: workload.parameter_bytes(),
-            baseline_bytes: probe.current_bytes(),
+            baseline_bytes: meter.current_bytes(),
             device_name,
             device_total_bytes,
         },
@@ -74,7 +74,7 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     };
     for step in 1..=spec.steps {
         crate::measure::fault::at_step(fault, spec.batch, step);
-        probe.reset_peak();
+        meter.reset_peak();
         let started = Instant::now();
         let times = match workload.step(spec.batch) {
             Ok(t) => t,
@@ -92,7 +92,7 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             samples_per_second: if wall > 0.0 { spec.batch as f64 / wall } else { 0.0 },
             ..StepRecord::default()
         };
-        probe.read_into(&mut rec);
+        meter.read_into(&mut rec);
         emit(out, &Message::Step(Box::new(rec)))?;
     }
     emit(out, &Message::End { outcome: Outcome::Fits, message: None, failed_step: None })

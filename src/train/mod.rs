@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::error::Interrupted;
 use crate::measure::data::{epoch_order, Dataset};
-use crate::measure::device::probe::Probe;
 use crate::measure::device::Device;
 use crate::measure::failure::{is_oom_message, Phase, StepError};
+use crate::measure::meter::MemoryMeter;
 use crate::measure::optim::OptimizerKind;
 use crate::measure::record::StepRecord;
 use crate::measure::workload::Workload;
@@ -122,13 +122,13 @@ fn batch_change(from: BatchSplit, to: BatchSplit) -> String {
 struct Trainer<'a> {
     cfg: &'a TrainConfig,
     workload: &'a mut Workload,
-    probe: &'a Probe,
+    meter: &'a MemoryMeter,
     data: &'a Dataset,
     cursor: Cursor,
     micro: u64,
     log: TrainLog,
     status: Status,
-    /// Optimizer steps since the last back-off or re-probe.
+    /// Optimizer steps since the last back-off or re-meter.
     stable_steps: u64,
     total_steps: u64,
     started: Instant,
@@ -261,7 +261,7 @@ impl Trainer<'_> {
     /// memory it peaked at.
     fn log_step(&mut self, loss: f64, step_seconds: f64) -> Result<()> {
         let mut mem = StepRecord::default();
-        self.probe.read_into(&mut mem);
+        self.meter.read_into(&mut mem);
         let rate = self.samples_per_second();
         let split = self.split();
         let text = format!(
@@ -302,7 +302,7 @@ impl Trainer<'_> {
             }
             let indices = self.cursor.next(n, effective, self.cfg.seed);
             let step_seed = self.cfg.seed ^ self.cursor.step.wrapping_mul(0x9E37_79B9);
-            self.probe.reset_peak();
+            self.meter.reset_peak();
             let step_started = Instant::now();
             let loss = self.train_step(&indices, step_seed)?;
             self.cursor.step += 1;
@@ -334,7 +334,7 @@ impl Trainer<'_> {
 pub fn run(
     cfg: &TrainConfig,
     workload: &mut Workload,
-    probe: &Probe,
+    meter: &MemoryMeter,
     data: &Dataset,
     resume: Option<RunState>,
 ) -> Result<u64> {
@@ -359,7 +359,7 @@ pub fn run(
     let mut trainer = Trainer {
         cfg,
         workload,
-        probe,
+        meter,
         data,
         cursor,
         micro: micro.min(cfg.effective_batch),

@@ -3,7 +3,6 @@
 pub mod cpu;
 pub mod cuda;
 pub mod nvml;
-pub mod probe;
 
 use std::fmt;
 use std::str::FromStr;

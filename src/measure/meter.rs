@@ -1,18 +1,19 @@
-//! Reads a device's memory around each step: the host tracker on the CPU,
-//! the caching allocator and NVML on CUDA.
-use super::{cpu, nvml::Nvml, Device};
+//! The memory meter: reads a device's memory around each step into a
+//! [`StepRecord`]: the host tracker on the CPU, the caching allocator and
+//! NVML on CUDA.
+use crate::measure::device::{cpu, nvml::Nvml, Device};
 use crate::measure::record::StepRecord;
 use crate::measure::shim;
 
-pub struct Probe {
+pub struct MemoryMeter {
     device: Device,
     nvml: Option<Nvml>,
 }
 
-impl Probe {
-    /// Opens the probe. On the CPU this starts exact host tracking, so it must
+impl MemoryMeter {
+    /// Opens the meter. On the CPU this starts exact host tracking, so it must
     /// run before the model is built. Returns notes for the user (NVML missing).
-    pub fn open(device: Device) -> Result<(Probe, Vec<String>), shim::ShimError> {
+    pub fn open(device: Device) -> Result<(MemoryMeter, Vec<String>), shim::ShimError> {
         let mut notes = Vec::new();
         let nvml = match device {
             Device::Cpu => {
@@ -27,7 +28,7 @@ impl Probe {
                 }
             },
         };
-        Ok((Probe { device, nvml }, notes))
+        Ok((MemoryMeter { device, nvml }, notes))
     }
 
     /// Bytes currently held: host tracker, or allocated on the CUDA device.
