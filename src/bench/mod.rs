@@ -27,7 +27,6 @@ use crate::measure::trial::TrialSpec;
 use crate::measure::workload::WorkloadConfig;
 
 pub const STEPS_PER_TRIAL: u32 = 3;
-const MAX_TRIALS: usize = 64;
 const MARGIN: f64 = 0.10;
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -127,7 +126,7 @@ fn compare(
         .iter()
         .map(|&strategy| {
             let mut s = search::build(strategy);
-            let (probes, result) = search::drive(s.as_mut(), limits, MAX_TRIALS, &mut oracle);
+            let (probes, result) = search::drive(s.as_mut(), limits, &mut oracle);
             let (steps, samples) = cost(&probes);
             BenchRow {
                 case: case.into(),
@@ -445,7 +444,7 @@ mod replay {
                 tolerance: 0,
             };
             let mut s = search::build(StrategyKind::Vramprobe);
-            let (probes, result) = search::drive(s.as_mut(), &limits, 20, |b| {
+            let (probes, result) = search::drive(s.as_mut(), &limits, |b| {
                 seen.get(&b).cloned().unwrap_or(Observation::Failed { message: format!("batch {b} not recorded") })
             });
             let seq: Vec<String> =

@@ -19,12 +19,14 @@ use crate::measure::workload::WorkloadConfig;
 use crate::report::output;
 use crate::report::progress::Status;
 use crate::report::{self, table, Report};
-use crate::sweep::{self, Plan, Progress, SweepConfig};
+use crate::sweep::{self, Plan, Sink, SweepConfig};
 use crate::units::{format_input, human_bytes};
 
 /// One line per trial on stderr (stdout is kept for the summary), and on a
 /// terminal a live status line: trial, batch, phase, last peak, elapsed.
 struct Lines {
+    /// The run's folder, rewritten after every trial.
+    dir: PathBuf,
     status: Status,
     steps: u32,
     trial: u32,
@@ -33,8 +35,9 @@ struct Lines {
 }
 
 impl Lines {
-    fn new(quiet: bool, steps: u32) -> Lines {
+    fn new(quiet: bool, steps: u32, dir: &Path) -> Lines {
         Lines {
+            dir: dir.to_path_buf(),
             status: Status::new(quiet, None, "{spinner} [{elapsed_precise}] {msg}"),
             steps,
             trial: 0,
@@ -49,7 +52,7 @@ impl Lines {
     }
 }
 
-impl Progress for Lines {
+impl Sink for Lines {
     fn trial_started(&mut self, trial: u32, batch: u64) {
         (self.trial, self.batch) = (trial, batch);
         self.show("starting the child");
@@ -74,21 +77,35 @@ impl Progress for Lines {
         self.status.line(&line);
         self.show("choosing the next batch");
     }
+
+    fn report(&mut self, report: &Report) -> Result<()> {
+        write_run(&self.dir, report)
+    }
+}
+
+/// A run's files (steps, sweep, plan, report, plots, page) into its folder.
+fn write_run(dir: &Path, report: &Report) -> Result<()> {
+    output::write_files(dir, &report::run_files(report)?)
 }
 
 /// One trial line per device when several run at once.
 struct Prefixed {
     device: Device,
     quiet: bool,
+    dir: PathBuf,
 }
 
-impl Progress for Prefixed {
+impl Sink for Prefixed {
     fn trial_started(&mut self, _trial: u32, _batch: u64) {}
     fn step_done(&mut self, _step: &StepRecord) {}
     fn trial_done(&mut self, r: &TrialResult) {
         if !self.quiet {
             eprintln!("{}: trial {} batch {}: {}", self.device, r.trial, r.batch, r.outcome);
         }
+    }
+
+    fn report(&mut self, report: &Report) -> Result<()> {
+        write_run(&self.dir, report)
     }
 }
 
@@ -97,9 +114,7 @@ fn sweep_config(
     workload: &WorkloadConfig,
     device: Device,
     note: Option<String>,
-    dir: PathBuf,
 ) -> Result<SweepConfig> {
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(SweepConfig {
         workload: workload.clone(),
         device,
@@ -118,7 +133,6 @@ fn sweep_config(
         },
         margin_fraction: args.margin,
         multiple_of: args.multiple_of,
-        out_dir: dir,
         command_line: std::env::args().collect(),
         exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
         notes: note.into_iter().collect(),
@@ -180,11 +194,12 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             eprintln!("note: {note}");
         }
         let dir = if devices.len() > 1 { out_dir.join(device.to_string().replace(':', "-")) } else { out_dir.clone() };
-        configs.push(sweep_config(&args, workload, device, note, dir)?);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        configs.push((sweep_config(&args, workload, device, note)?, dir));
     }
     if configs.len() == 1 {
-        let cfg = &configs[0];
-        let report = sweep::run(cfg, &mut Lines::new(args.quiet, args.verify_steps))
+        let (cfg, dir) = &configs[0];
+        let report = sweep::run(cfg, &mut Lines::new(args.quiet, args.verify_steps, dir))
             .inspect_err(|e| partial_note(e, &out_dir))?;
         print!("{}", table::summary(&report));
         println!(
@@ -202,12 +217,15 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     let reports: Vec<Result<crate::report::Report>> = std::thread::scope(|scope| {
         let handles: Vec<_> = configs
             .iter()
-            .map(|cfg| scope.spawn(move || sweep::run(cfg, &mut Prefixed { device: cfg.device, quiet: args.quiet })))
+            .map(|(cfg, dir)| {
+                let mut sink = Prefixed { device: cfg.device, quiet: args.quiet, dir: dir.clone() };
+                scope.spawn(move || sweep::run(cfg, &mut sink))
+            })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a device's sweep panicked")))).collect()
     });
     let mut recommended = Vec::new();
-    for (cfg, report) in configs.iter().zip(&reports) {
+    for ((cfg, _), report) in configs.iter().zip(&reports) {
         match report {
             Ok(r) => {
                 print!("{}", table::summary(r));
@@ -252,8 +270,10 @@ fn run_variants(
         if !args.quiet {
             eprintln!("== {label}: {} {} ==", workload.precision.name(), workload.mode.name());
         }
-        let cfg = sweep_config(args, workload, device, note.clone(), out_dir.join(label))?;
-        let result = sweep::run(&cfg, &mut Lines::new(args.quiet, args.verify_steps));
+        let cfg = sweep_config(args, workload, device, note.clone())?;
+        let dir = out_dir.join(label);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let result = sweep::run(&cfg, &mut Lines::new(args.quiet, args.verify_steps, &dir));
         match result {
             Ok(report) => {
                 if !args.quiet {

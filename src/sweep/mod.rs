@@ -2,7 +2,7 @@
 //! as a trial in a child process, turns the trial into an observation against
 //! the budget, writes partial results after every trial, verifies the
 //! recommended batch, and finishes with the analysis.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -10,7 +10,7 @@ use anyhow::Result;
 use crate::analyze::analysis::{self, observe, AnalysisInput, FitBasis, StrategyName};
 use crate::analyze::fit::Budget;
 use crate::analyze::search::{
-    self, list::ListedBatches, Observation, Probe, SearchLimits, SearchResult, Step, Strategy, StrategyKind,
+    self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
 use crate::measure::device::Device;
 use crate::measure::environment;
@@ -19,14 +19,11 @@ use crate::measure::record::TrialResult;
 use crate::measure::runner;
 use crate::measure::trial::TrialSpec;
 use crate::measure::workload::WorkloadConfig;
-use crate::report::{self, Report, REPORT_SCHEMA_VERSION};
+use crate::report::{Report, REPORT_SCHEMA_VERSION};
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
 pub const CPU_DEFAULT_MAX_BATCH: u64 = 64;
-
-/// A sweep never runs more trials than this, whatever the strategy asks.
-pub const MAX_TRIALS: usize = 64;
 
 /// How the sweep chooses batch sizes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +48,6 @@ pub struct SweepConfig {
     pub cuda_memory_fraction: Option<f64>,
     pub margin_fraction: f64,
     pub multiple_of: u64,
-    pub out_dir: PathBuf,
     pub command_line: Vec<String>,
     /// The vramprobe binary that runs each trial.
     pub exe: PathBuf,
@@ -90,20 +86,21 @@ impl SweepConfig {
     }
 }
 
-/// What the sweep reports as it goes.
-pub trait Progress {
+/// Where the sweep reports as it goes, ripgrep-style: the sweep measures and
+/// decides; the sink shows progress and keeps the run's files.
+pub trait Sink {
     fn trial_started(&mut self, trial: u32, batch: u64);
     fn step_done(&mut self, step: &StepRecord);
     fn trial_done(&mut self, result: &TrialResult);
-}
-
-fn write_outputs(dir: &Path, report: &Report) -> Result<()> {
-    crate::report::output::write_files(dir, &report::run_files(report)?)
+    /// The report as it now stands: at the start, after every trial and at
+    /// the end, so whatever was measured survives a later failure. An error
+    /// here stops the sweep.
+    fn report(&mut self, report: &Report) -> Result<()>;
 }
 
 struct Sweep<'a> {
     cfg: &'a SweepConfig,
-    progress: &'a mut dyn Progress,
+    sink: &'a mut dyn Sink,
     report: Report,
     budget: Option<Budget>,
 }
@@ -115,7 +112,7 @@ impl Sweep<'_> {
         if let Err(interrupted) = crate::interrupt::check() {
             self.report.status = "interrupted".into();
             self.report.notes.push(format!("{interrupted}: the sweep stopped; the trials above are what it measured"));
-            write_outputs(&self.cfg.out_dir, &self.report)?;
+            self.sink.report(&self.report)?;
             return Err(interrupted.into());
         }
         Ok(())
@@ -124,7 +121,7 @@ impl Sweep<'_> {
     fn run_trial(&mut self, batch: u64) -> Result<&TrialResult> {
         self.stop_if_interrupted()?;
         let trial = self.report.trials.len() as u32 + 1;
-        self.progress.trial_started(trial, batch);
+        self.sink.trial_started(trial, batch);
         // On the CPU, --capacity is a real limit inside libtorch, as a GPU's is.
         let cpu_limit = if self.cfg.device == Device::Cpu { self.cfg.capacity } else { None };
         let spec = TrialSpec {
@@ -135,9 +132,9 @@ impl Sweep<'_> {
             cpu_limit,
             cuda_memory_fraction: self.cfg.cuda_memory_fraction,
         };
-        let progress = &mut *self.progress;
-        let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| progress.step_done(s));
-        self.progress.trial_done(&result);
+        let sink = &mut *self.sink;
+        let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| sink.step_done(s));
+        self.sink.trial_done(&result);
         if self.report.device_name.is_none() {
             self.report.device_name = result.device_name.clone();
         }
@@ -145,12 +142,12 @@ impl Sweep<'_> {
             self.budget = self.cfg.budget_from(&result);
         }
         self.report.trials.push(result);
-        write_outputs(&self.cfg.out_dir, &self.report)?;
+        self.sink.report(&self.report)?;
         self.stop_if_interrupted()?;
         Ok(self.report.trials.last().expect("just pushed"))
     }
 
-    fn limits(&self) -> SearchLimits {
+    fn search_limits(&self) -> SearchLimits {
         let budget = self.budget.map_or(u64::MAX, |b| b.budget_bytes);
         let margin = self.budget.map_or(0, |b| (b.capacity_bytes as f64 * b.margin_fraction) as u64);
         SearchLimits {
@@ -167,25 +164,6 @@ impl Sweep<'_> {
             None => Observation::Failed {
                 message: trial.message.clone().unwrap_or_else(|| "the device's memory is unknown".into()),
             },
-        }
-    }
-
-    /// Runs the strategy to its end.
-    fn search(&mut self, strategy: &mut dyn Strategy) -> Result<SearchResult> {
-        let mut probes: Vec<Probe> = Vec::new();
-        loop {
-            match strategy.next(&probes, &self.limits()) {
-                Step::Finish(result) => return Ok(result),
-                Step::Run(_) if probes.len() >= MAX_TRIALS => {
-                    let (lo, _) = search::bracket(&probes);
-                    let notes = vec![format!("stopped after {MAX_TRIALS} trials")];
-                    return Ok(SearchResult { max_batch: lo.unwrap_or(0), notes, ..SearchResult::default() });
-                }
-                Step::Run(batch) => {
-                    let trial = self.run_trial(batch)?.clone();
-                    probes.push(Probe { batch, observation: self.observation(&trial) });
-                }
-            }
         }
     }
 
@@ -219,9 +197,23 @@ impl Sweep<'_> {
     }
 }
 
+/// The sweep as the search sees it: every probe is a real trial.
+impl search::Oracle for Sweep<'_> {
+    type Error = anyhow::Error;
+
+    fn limits(&self) -> SearchLimits {
+        self.search_limits()
+    }
+
+    fn probe(&mut self, batch: u64) -> Result<Observation> {
+        let trial = self.run_trial(batch)?.clone();
+        Ok(self.observation(&trial))
+    }
+}
+
 /// Runs the sweep. Outputs are rewritten after every trial, so whatever was
 /// measured survives a failure later on.
-pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
+pub fn run(cfg: &SweepConfig, sink: &mut dyn Sink) -> Result<Report> {
     let (started_at, _) = environment::utc_now();
     let report = Report {
         schema_version: REPORT_SCHEMA_VERSION,
@@ -239,14 +231,14 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
         analysis: None,
         notes: cfg.notes.clone(),
     };
-    write_outputs(&cfg.out_dir, &report)?;
-    let mut sweep = Sweep { cfg, progress, report, budget: None };
+    sink.report(&report)?;
+    let mut sweep = Sweep { cfg, sink, report, budget: None };
 
     let mut strategy: Box<dyn Strategy> = match &cfg.plan {
         Plan::Search(kind) => search::build(*kind),
         Plan::Batches(list) => Box::new(ListedBatches(list.clone())),
     };
-    let mut result = sweep.search(strategy.as_mut())?;
+    let (_, mut result) = search::run(strategy.as_mut(), &mut sweep)?;
     sweep.verify_recommended(&mut result)?;
 
     let mut report = sweep.report;
@@ -265,6 +257,6 @@ pub fn run(cfg: &SweepConfig, progress: &mut dyn Progress) -> Result<Report> {
     let analysis = analysis::analyze(&report.trials, input);
     report.status = if analysis.max_batch > 0 { "complete" } else { "failed" }.into();
     report.analysis = Some(analysis);
-    write_outputs(&cfg.out_dir, &report)?;
+    sweep.sink.report(&report)?;
     Ok(report)
 }

@@ -134,29 +134,68 @@ pub fn build(kind: StrategyKind) -> Box<dyn Strategy> {
     }
 }
 
-/// Runs a strategy against `probe` (a real trial or a synthetic curve) until
-/// it finishes or `max_trials` probes have run.
-pub fn drive(
-    strategy: &mut dyn Strategy,
-    limits: &SearchLimits,
-    max_trials: usize,
-    mut probe: impl FnMut(u64) -> Observation,
-) -> (Vec<Probe>, SearchResult) {
+/// No search runs more trials than this, whatever the strategy asks.
+pub const MAX_TRIALS: usize = 64;
+
+/// What a search runs against: the sweep's real trials, the benchmark's
+/// measurements or a synthetic curve.
+pub trait Oracle {
+    type Error;
+    /// The limits as they stand (the sweep knows its budget only once the
+    /// first trial has measured the memory outside PyTorch).
+    fn limits(&self) -> SearchLimits;
+    /// Runs `batch` and says how it went; an error stops the search.
+    fn probe(&mut self, batch: u64) -> Result<Observation, Self::Error>;
+}
+
+/// Fixed limits and a probe that cannot fail: the benchmark's and the tests'.
+struct Fixed<'a, F> {
+    limits: &'a SearchLimits,
+    probe: F,
+}
+
+impl<F: FnMut(u64) -> Observation> Oracle for Fixed<'_, F> {
+    type Error = std::convert::Infallible;
+
+    fn limits(&self) -> SearchLimits {
+        *self.limits
+    }
+
+    fn probe(&mut self, batch: u64) -> Result<Observation, Self::Error> {
+        Ok((self.probe)(batch))
+    }
+}
+
+/// The search loop, the one the sweep and the benchmark both run: asks the
+/// strategy for a batch, probes it, until the strategy finishes or
+/// [`MAX_TRIALS`] probes have run (then the max is the bracket's lower end).
+pub fn run<O: Oracle>(strategy: &mut dyn Strategy, oracle: &mut O) -> Result<(Vec<Probe>, SearchResult), O::Error> {
     let mut probes: Vec<Probe> = Vec::new();
     loop {
-        match strategy.next(&probes, limits) {
-            Step::Finish(result) => return (probes, result),
-            Step::Run(_) if probes.len() >= max_trials => {
-                let best = probes.iter().filter(|p| p.observation.fits()).map(|p| p.batch).max().unwrap_or(0);
-                let note = format!("stopped after {max_trials} trials without converging");
-                return (probes, SearchResult { max_batch: best, notes: vec![note], ..SearchResult::default() });
+        match strategy.next(&probes, &oracle.limits()) {
+            Step::Finish(result) => return Ok((probes, result)),
+            Step::Run(_) if probes.len() >= MAX_TRIALS => {
+                let (lo, _) = bracket(&probes);
+                let note = format!("stopped after {MAX_TRIALS} trials without converging");
+                let result = SearchResult { max_batch: lo.unwrap_or(0), notes: vec![note], ..SearchResult::default() };
+                return Ok((probes, result));
             }
             Step::Run(batch) => {
-                let observation = probe(batch);
+                let observation = oracle.probe(batch)?;
                 probes.push(Probe { batch, observation });
             }
         }
     }
+}
+
+/// [`run`] with fixed limits and a probe that cannot fail.
+pub fn drive(
+    strategy: &mut dyn Strategy,
+    limits: &SearchLimits,
+    probe: impl FnMut(u64) -> Observation,
+) -> (Vec<Probe>, SearchResult) {
+    let Ok(done) = run(strategy, &mut Fixed { limits, probe });
+    done
 }
 
 /// The bracket the probes establish, assuming memory grows with the batch:

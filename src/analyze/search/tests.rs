@@ -15,7 +15,7 @@ fn limits(case: &SyntheticCase) -> SearchLimits {
 
 fn run(kind: StrategyKind, case: &SyntheticCase, limits: SearchLimits) -> (Vec<Probe>, SearchResult) {
     let mut strategy = build(kind);
-    drive(strategy.as_mut(), &limits, 100, |b| case.observe(b))
+    drive(strategy.as_mut(), &limits, |b| case.observe(b))
 }
 
 fn linear(max: u64) -> SyntheticCase {
@@ -125,7 +125,7 @@ fn a_single_noisy_probe_does_not_mislead_the_answer() {
         other => other,
     };
     let mut strategy = build(StrategyKind::Vramprobe);
-    let (probes, result) = drive(strategy.as_mut(), &limits(&case), 100, noisy);
+    let (probes, result) = drive(strategy.as_mut(), &limits(&case), noisy);
     assert_eq!(result.max_batch, 300, "{probes:?}");
     assert!(result.exact);
     assert!(probes.len() <= 10, "{} trials", probes.len());
@@ -142,7 +142,7 @@ fn a_failed_trial_stops_the_search_with_what_was_verified() {
         }
     };
     let mut strategy = build(StrategyKind::Vramprobe);
-    let (_, result) = drive(strategy.as_mut(), &limits(&case), 100, broken);
+    let (_, result) = drive(strategy.as_mut(), &limits(&case), broken);
     assert_eq!(result.max_batch, 4);
     assert!(!result.exact && result.notes[0].contains("illegal memory access"));
 }
@@ -216,7 +216,7 @@ fn an_oom_past_a_flat_start_splits_the_bracket_instead_of_crawling() {
     let limits =
         SearchLimits { budget_bytes: budget, margin_bytes: capacity / 10, max_batch: u64::MAX / 4, tolerance: 0 };
     let mut strategy = build(StrategyKind::Vramprobe);
-    let (probes, result) = drive(strategy.as_mut(), &limits, 100, observe);
+    let (probes, result) = drive(strategy.as_mut(), &limits, observe);
     let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
     assert_eq!((result.max_batch, result.exact), (true_max, true), "{batches:?}");
     // Never an out-of-memory probe (no reading) right below another one.
