@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 use crate::analyze::profile;
-use crate::analyze::whatif::{plan_for, GpuPlan};
+use crate::analyze::whatif::{predict_for, GpuPrediction};
 use crate::commands::cli::PlanArgs;
 use crate::error::UsageError;
 use crate::report::csv::{self, gpu_plan_row, PlanRow};
@@ -29,7 +29,7 @@ pub fn run(args: PlanArgs) -> Result<i32> {
         ))
     })?;
     let margin = args.margin.unwrap_or(analysis.budget.margin_fraction);
-    let plans: Vec<GpuPlan> = gpus.iter().map(|g| plan_for(&fit, g, margin, args.multiple_of)).collect();
+    let predictions: Vec<GpuPrediction> = gpus.iter().map(|g| predict_for(&fit, g, margin, args.multiple_of)).collect();
 
     let source = if report.device.starts_with("cuda") { "a GPU" } else { "the CPU (host tracking)" };
     println!(
@@ -54,7 +54,7 @@ pub fn run(args: PlanArgs) -> Result<i32> {
         "max batch",
         "recommended",
     ]);
-    for p in &plans {
+    for p in &predictions {
         t.add_row(vec![
             format!("{} ({})", p.gpu.name, p.gpu.id),
             human_bytes(p.gpu.memory_bytes as f64),
@@ -68,11 +68,11 @@ pub fn run(args: PlanArgs) -> Result<i32> {
     if !report.device.starts_with("cuda") {
         println!("note: predicted from host measurements: cuDNN/cuBLAS workspaces and the CUDA allocator's rounding are not in them");
     }
-    if plans.iter().any(|p| p.gpu.overhead_source.starts_with("estimate")) {
+    if predictions.iter().any(|p| p.gpu.overhead_source.starts_with("estimate")) {
         println!("note: profile overheads marked 'estimate' are not measured (see each profile's overhead_source)");
     }
 
-    let rows: Vec<PlanRow> = plans.iter().map(|p| gpu_plan_row(&report, analysis, p, margin)).collect();
+    let rows: Vec<PlanRow> = predictions.iter().map(|p| gpu_plan_row(&report, analysis, p, margin)).collect();
     let out = args.out.clone().unwrap_or_else(|| args.from.with_file_name("plan-gpus.csv"));
     write_atomic(&out, &csv::to_bytes::<PlanRow>(&rows)?).context("writing the GPU plan")?;
     println!(

@@ -19,7 +19,7 @@ use crate::measure::workload::WorkloadConfig;
 use crate::report::output;
 use crate::report::progress::Status;
 use crate::report::{self, table, Report};
-use crate::sweep::{self, Plan, Sink, SweepConfig};
+use crate::sweep::{self, BatchChoice, Sink, SweepConfig};
 use crate::units::{format_input, human_bytes};
 
 /// One line per trial on stderr (stdout is kept for the summary), and on a
@@ -118,9 +118,9 @@ fn sweep_config(
     Ok(SweepConfig {
         workload: workload.clone(),
         device,
-        plan: match &args.batches {
-            Some(b) => Plan::Batches(b.0.clone()),
-            None => Plan::Search(args.strategy),
+        batches: match &args.batches {
+            Some(b) => BatchChoice::Listed(b.0.clone()),
+            None => BatchChoice::Search(args.strategy),
         },
         max_batch: args.max_batch,
         steps: args.verify_steps,

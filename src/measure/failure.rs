@@ -9,6 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub enum Phase {
     Build,
     Data,
+    /// Clearing the gradients before the step (`optimizer.zero_grad()`).
+    ZeroGrad,
     Forward,
     Backward,
     Optimizer,
@@ -19,6 +21,7 @@ impl Phase {
         match self {
             Phase::Build => "model build",
             Phase::Data => "data creation",
+            Phase::ZeroGrad => "zero_grad",
             Phase::Forward => "forward",
             Phase::Backward => "backward",
             Phase::Optimizer => "optimizer step",

@@ -69,6 +69,7 @@ fn code(phase: Phase) -> u8 {
     match phase {
         Phase::Build => 10,
         Phase::Data => 11,
+        Phase::ZeroGrad => 15,
         Phase::Forward => 12,
         Phase::Backward => 13,
         Phase::Optimizer => 14,

@@ -4,25 +4,20 @@
 use serde::{Deserialize, Serialize};
 
 /// Numeric precision of a step, as PyTorch users choose it.
+/// Its names (`fp32`, `bf16`, `fp16-amp`, `bf16-amp`) come from the variants,
+/// kebab-cased alike by serde, clap and [`Precision::name`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
 pub enum Precision {
     /// Everything in float32 (PyTorch's default).
     #[default]
-    #[serde(rename = "fp32")]
-    #[value(name = "fp32")]
     Fp32,
     /// Parameters, activations and optimizer state in bfloat16 (`model.bfloat16()`).
-    #[serde(rename = "bf16")]
-    #[value(name = "bf16")]
     Bf16,
     /// float32 parameters, float16 autocast in forward and the loss, a
     /// dynamic loss scale (`torch.autocast` + `GradScaler`).
-    #[serde(rename = "fp16-amp")]
-    #[value(name = "fp16-amp")]
     Fp16Amp,
     /// float32 parameters, bfloat16 autocast in forward and the loss (no scaling needed).
-    #[serde(rename = "bf16-amp")]
-    #[value(name = "bf16-amp")]
     Bf16Amp,
 }
 
@@ -45,11 +40,11 @@ impl Precision {
         }
     }
 
+    pub const ALL: [Precision; 4] = [Precision::Fp32, Precision::Bf16, Precision::Fp16Amp, Precision::Bf16Amp];
+
     /// Parses a plan.csv or profile value.
     pub fn parse(text: &str) -> Option<Precision> {
-        [Precision::Fp32, Precision::Bf16, Precision::Fp16Amp, Precision::Bf16Amp]
-            .into_iter()
-            .find(|p| p.name() == text)
+        Precision::ALL.into_iter().find(|p| p.name() == text)
     }
 }
 
@@ -90,9 +85,14 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for p in [Precision::Fp32, Precision::Bf16, Precision::Fp16Amp, Precision::Bf16Amp] {
+        use clap::ValueEnum;
+        let names: Vec<&str> = Precision::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(names, ["fp32", "bf16", "fp16-amp", "bf16-amp"]);
+        for p in Precision::ALL {
+            // One name per precision, whoever reads or writes it.
             assert_eq!(Precision::parse(p.name()), Some(p));
             assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{}\"", p.name()));
+            assert_eq!(p.to_possible_value().unwrap().get_name(), p.name());
         }
         for m in [Mode::Train, Mode::Eval] {
             assert_eq!(Mode::parse(m.name()), Some(m));

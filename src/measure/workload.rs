@@ -236,7 +236,7 @@ impl Workload {
 
     /// Clears the gradients to None, as PyTorch's `zero_grad()` does.
     pub fn zero_grad(&mut self) -> Result<(), StepError> {
-        guarded(Phase::Forward, || self.optimizer.zero_grad())
+        guarded(Phase::ZeroGrad, || self.optimizer.zero_grad())
     }
 
     /// Forward, loss (scaled by `scale`, for gradient accumulation) and

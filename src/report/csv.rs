@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Report;
 use crate::analyze::analysis::Analysis;
-use crate::analyze::whatif::GpuPlan;
+use crate::analyze::whatif::GpuPrediction;
 use crate::measure::record::TrialResult;
 use crate::units::format_input;
 
@@ -175,20 +175,20 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
 
 /// What the run's memory line predicts on a GPU it was not measured on
 /// (`vramprobe plan`): memory only, never speed, and never verified.
-pub fn gpu_plan_row(report: &Report, a: &Analysis, plan: &GpuPlan, margin_fraction: f64) -> PlanRow {
+pub fn gpu_plan_row(report: &Report, a: &Analysis, prediction: &GpuPrediction, margin_fraction: f64) -> PlanRow {
     PlanRow {
         device: "cuda".into(),
-        device_name: plan.gpu.name.clone(),
-        capacity_bytes: plan.gpu.memory_bytes,
+        device_name: prediction.gpu.name.clone(),
+        capacity_bytes: prediction.gpu.memory_bytes,
         margin_fraction,
-        non_pytorch_bytes: plan.gpu.context_overhead_bytes,
-        budget_bytes: plan.budget.budget_bytes,
+        non_pytorch_bytes: prediction.gpu.context_overhead_bytes,
+        budget_bytes: prediction.budget.budget_bytes,
         strategy: format!("predicted-from-{}", report.device),
-        max_batch: plan.max_batch,
-        predicted_max_batch: Some(plan.max_batch),
-        recommended_batch: plan.recommended_batch,
-        recommended_peak_bytes: plan.predicted_peak_bytes.map(|b| b.round() as i64),
-        headroom_bytes: plan.predicted_peak_bytes.map(|b| plan.budget.headroom(b).round() as i64),
+        max_batch: prediction.max_batch,
+        predicted_max_batch: Some(prediction.max_batch),
+        recommended_batch: prediction.recommended_batch,
+        recommended_peak_bytes: prediction.predicted_peak_bytes.map(|b| b.round() as i64),
+        headroom_bytes: prediction.predicted_peak_bytes.map(|b| prediction.budget.headroom(b).round() as i64),
         ..run_columns(report, a)
     }
 }

@@ -27,17 +27,17 @@ pub const CPU_DEFAULT_MAX_BATCH: u64 = 64;
 
 /// How the sweep chooses batch sizes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Plan {
+pub enum BatchChoice {
     Search(StrategyKind),
     /// `--batches`: exactly these, ascending, until one does not fit.
-    Batches(Vec<u64>),
+    Listed(Vec<u64>),
 }
 
 #[derive(Debug, Clone)]
 pub struct SweepConfig {
     pub workload: WorkloadConfig,
     pub device: Device,
-    pub plan: Plan,
+    pub batches: BatchChoice,
     pub max_batch: Option<u64>,
     /// Training steps per trial; every batch reported as fitting ran this many.
     pub steps: u32,
@@ -65,9 +65,9 @@ impl SweepConfig {
     }
 
     fn strategy_name(&self) -> StrategyName {
-        match &self.plan {
-            Plan::Search(kind) => StrategyName::Search(*kind),
-            Plan::Batches(_) => StrategyName::ListedBatches,
+        match &self.batches {
+            BatchChoice::Search(kind) => StrategyName::Search(*kind),
+            BatchChoice::Listed(_) => StrategyName::ListedBatches,
         }
     }
 
@@ -234,9 +234,9 @@ pub fn run(cfg: &SweepConfig, sink: &mut dyn Sink) -> Result<Report> {
     sink.report(&report)?;
     let mut sweep = Sweep { cfg, sink, report, budget: None };
 
-    let mut strategy: Box<dyn Strategy> = match &cfg.plan {
-        Plan::Search(kind) => search::build(*kind),
-        Plan::Batches(list) => Box::new(ListedBatches(list.clone())),
+    let mut strategy: Box<dyn Strategy> = match &cfg.batches {
+        BatchChoice::Search(kind) => search::build(*kind),
+        BatchChoice::Listed(list) => Box::new(ListedBatches(list.clone())),
     };
     let (_, mut result) = search::run(strategy.as_mut(), &mut sweep)?;
     sweep.verify_recommended(&mut result)?;
