@@ -63,9 +63,9 @@ pub struct GpuPrediction {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Analysis {
     pub budget: Budget,
-    /// Where the capacity came from: "device" or "--capacity".
-    pub capacity_source: String,
-    pub strategy: String,
+    /// Where the capacity came from.
+    pub capacity_source: CapacitySource,
+    pub strategy: StrategyName,
     pub fit_basis: FitBasis,
     /// The limiting fit (see [`FitBasis`]).
     pub fit: Option<LinearFit>,
@@ -101,14 +101,46 @@ pub struct Analysis {
 pub struct AnalysisInput {
     pub device: Device,
     pub budget: Budget,
-    pub capacity_source: String,
+    pub capacity_source: CapacitySource,
     pub strategy: StrategyName,
     pub search: SearchResult,
     pub multiple_of: u64,
 }
 
+/// Where the capacity the budget starts from came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CapacitySource {
+    /// The device's own memory, as the trial read it.
+    #[serde(rename = "device")]
+    Device,
+    /// The user's `--capacity`.
+    #[serde(rename = "--capacity")]
+    Flag,
+}
+
+impl CapacitySource {
+    pub fn of(capacity: Option<u64>) -> CapacitySource {
+        if capacity.is_some() {
+            CapacitySource::Flag
+        } else {
+            CapacitySource::Device
+        }
+    }
+}
+
+impl std::fmt::Display for CapacitySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CapacitySource::Device => "device",
+            CapacitySource::Flag => "--capacity",
+        })
+    }
+}
+
 /// The search that produced the trials: a strategy, or an explicit list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Written as its name (`vramprobe`, `listed-batches`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum StrategyName {
     Search(StrategyKind),
     ListedBatches,
@@ -120,6 +152,31 @@ impl StrategyName {
             StrategyName::Search(k) => k.name(),
             StrategyName::ListedBatches => "listed-batches",
         }
+    }
+}
+
+impl std::fmt::Display for StrategyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl From<StrategyName> for String {
+    fn from(s: StrategyName) -> String {
+        s.name().into()
+    }
+}
+
+impl TryFrom<String> for StrategyName {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        StrategyKind::ALL
+            .into_iter()
+            .map(StrategyName::Search)
+            .chain([StrategyName::ListedBatches])
+            .find(|s| s.name() == text)
+            .ok_or_else(|| format!("unknown strategy '{text}'"))
     }
 }
 
@@ -195,7 +252,7 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     Analysis {
         budget,
         capacity_source: input.capacity_source,
-        strategy: input.strategy.name().into(),
+        strategy: input.strategy,
         fit_basis: basis,
         fit,
         allocated_fit,
@@ -341,7 +398,7 @@ mod tests {
         AnalysisInput {
             device: Device::Cpu,
             budget: Budget::new(10_000, 0.10, 0),
-            capacity_source: "device".into(),
+            capacity_source: CapacitySource::Device,
             strategy: StrategyName::Search(StrategyKind::Vramprobe),
             search: SearchResult { max_batch, exact: true, ..Default::default() },
             multiple_of,

@@ -31,7 +31,7 @@ pub fn run(args: PlanArgs) -> Result<i32> {
     let margin = args.margin.unwrap_or(analysis.budget.margin_fraction);
     let predictions: Vec<GpuPrediction> = gpus.iter().map(|g| predict_for(&fit, g, margin, args.multiple_of)).collect();
 
-    let source = if report.device.starts_with("cuda") { "a GPU" } else { "the CPU (host tracking)" };
+    let source = if report.device.is_cuda() { "a GPU" } else { "the CPU (host tracking)" };
     println!(
         "{} {} x{} classes, {}: memory line measured on {} ({}), fixed {}, per sample {}, r² {:.6}",
         report.workload.model,
@@ -65,7 +65,7 @@ pub fn run(args: PlanArgs) -> Result<i32> {
         ]);
     }
     println!("{t}");
-    if !report.device.starts_with("cuda") {
+    if !report.device.is_cuda() {
         println!("note: predicted from host measurements: cuDNN/cuBLAS workspaces and the CUDA allocator's rounding are not in them");
     }
     if predictions.iter().any(|p| p.gpu.overhead_source.starts_with("estimate")) {

@@ -100,7 +100,7 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str) -> Stri
         "<h1>vramprobe: {}</h1>\n<p>{}</p>\n<p>Status: <b>{}</b>, started {} (UTC).</p>\n",
         escape(&report.workload.model),
         escape(&table::headline(report)),
-        escape(&report.status),
+        escape(&report.status.to_string()),
         escape(&report.started_at)
     );
     if let Some(rec) = table::recommendation_rows(report) {

@@ -13,22 +13,46 @@ pub mod train_log;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::{Analysis, SeqSummary};
+use crate::measure::device::Device;
 use crate::measure::environment::Environment;
 use crate::measure::record::TrialResult;
 use crate::measure::workload::WorkloadConfig;
+
+/// How far a run got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Trials are still going on.
+    Running,
+    /// Finished with a batch to recommend.
+    Complete,
+    /// Finished, and nothing fits.
+    Failed,
+    /// Stopped by SIGINT or SIGTERM: the trials are what was measured.
+    Interrupted,
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RunStatus::Running => "running",
+            RunStatus::Complete => "complete",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
+        })
+    }
+}
 
 /// Everything a sweep knows, as written to `report.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub schema_version: u32,
-    /// "running" while trials go on, then "complete", "failed" or
-    /// "interrupted" (SIGINT or SIGTERM; the trials are what was measured).
-    pub status: String,
+    pub status: RunStatus,
     pub command_line: Vec<String>,
     pub started_at: String,
     pub environment: Environment,
     pub workload: WorkloadConfig,
-    pub device: String,
+    pub device: Device,
     pub device_name: Option<String>,
     pub steps_per_trial: u32,
     pub margin_fraction: f64,

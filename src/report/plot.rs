@@ -144,7 +144,7 @@ fn measured(report: &Report, peak: impl Fn(&crate::measure::record::TrialResult)
 /// `memory.svg`: measured peaks against the batch, the fitted line, the
 /// capacity and budget, and the recommended (and fastest) batch.
 pub fn memory_svg(report: &Report) -> Result<String> {
-    let cuda = report.device.starts_with("cuda");
+    let cuda = report.device.is_cuda();
     let allocated = measured(report, |t| t.peak_allocated_bytes());
     let reserved = if cuda { measured(report, |t| t.peak_reserved_bytes()) } else { Vec::new() };
     let nvml = if cuda { measured(report, |t| t.nvml_used_bytes()) } else { Vec::new() };

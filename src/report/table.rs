@@ -49,7 +49,7 @@ pub struct Rows {
 
 /// One row per trial, with the measured peaks and speed.
 pub fn trial_rows(report: &Report) -> Rows {
-    let cuda = report.device.starts_with("cuda");
+    let cuda = report.device.is_cuda();
     let mut header = vec!["batch", "outcome", "peak allocated"];
     if cuda {
         header.extend(["peak reserved", "NVML used"]);
@@ -82,7 +82,7 @@ pub fn recommendation_rows(report: &Report) -> Option<Rows> {
         rows.push(vec!["r²".into(), format!("{:.6}", f.r2), format!("{} largest batches", f.points)]);
     }
     let b = &a.budget;
-    rows.push(vec!["capacity".into(), human_bytes(b.capacity_bytes as f64), a.capacity_source.clone()]);
+    rows.push(vec!["capacity".into(), human_bytes(b.capacity_bytes as f64), a.capacity_source.to_string()]);
     rows.push(vec![
         "budget".into(),
         human_bytes(b.budget_bytes as f64),
@@ -139,7 +139,7 @@ pub fn recommendation_rows(report: &Report) -> Option<Rows> {
 /// Predictions for common GPU sizes, with the line that says what they are from.
 pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
     let a = report.analysis.as_ref().filter(|a| !a.gpu_predictions.is_empty())?;
-    let label = if report.device.starts_with("cuda") {
+    let label = if report.device.is_cuda() {
         "Predicted for other GPU sizes (fit + this GPU's measured CUDA context):"
     } else {
         "Predicted for GPUs from host (CPU) measurements; the CUDA context and cuDNN workspaces are not included:"

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::analyze::analysis::{self, observe, AnalysisInput, FitBasis, StrategyName};
+use crate::analyze::analysis::{self, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
 use crate::analyze::fit::Budget;
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
@@ -19,7 +19,7 @@ use crate::measure::record::TrialResult;
 use crate::measure::runner;
 use crate::measure::trial::TrialSpec;
 use crate::measure::workload::WorkloadConfig;
-use crate::report::{Report, REPORT_SCHEMA_VERSION};
+use crate::report::{Report, RunStatus, REPORT_SCHEMA_VERSION};
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
@@ -110,7 +110,7 @@ impl Sweep<'_> {
     /// written, and the sweep stops with [`Interrupted`].
     fn stop_if_interrupted(&mut self) -> Result<()> {
         if let Err(interrupted) = crate::interrupt::check() {
-            self.report.status = "interrupted".into();
+            self.report.status = RunStatus::Interrupted;
             self.report.notes.push(format!("{interrupted}: the sweep stopped; the trials above are what it measured"));
             self.sink.report(&self.report)?;
             return Err(interrupted.into());
@@ -217,12 +217,12 @@ pub fn run(cfg: &SweepConfig, sink: &mut dyn Sink) -> Result<Report> {
     let (started_at, _) = environment::utc_now();
     let report = Report {
         schema_version: REPORT_SCHEMA_VERSION,
-        status: "running".into(),
+        status: RunStatus::Running,
         command_line: cfg.command_line.clone(),
         started_at,
         environment: environment::capture(),
         workload: cfg.workload.clone(),
-        device: cfg.device.to_string(),
+        device: cfg.device,
         device_name: None,
         steps_per_trial: cfg.steps,
         margin_fraction: cfg.margin_fraction,
@@ -249,13 +249,13 @@ pub fn run(cfg: &SweepConfig, sink: &mut dyn Sink) -> Result<Report> {
     let input = AnalysisInput {
         device: cfg.device,
         budget,
-        capacity_source: if cfg.capacity.is_some() { "--capacity" } else { "device" }.into(),
+        capacity_source: CapacitySource::of(cfg.capacity),
         strategy: cfg.strategy_name(),
         search: result,
         multiple_of: cfg.multiple_of,
     };
     let analysis = analysis::analyze(&report.trials, input);
-    report.status = if analysis.max_batch > 0 { "complete" } else { "failed" }.into();
+    report.status = if analysis.max_batch > 0 { RunStatus::Complete } else { RunStatus::Failed };
     report.analysis = Some(analysis);
     sweep.sink.report(&report)?;
     Ok(report)
