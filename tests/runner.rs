@@ -36,8 +36,7 @@ fn spec() -> TrialSpec {
         device: Device::Cpu,
         batch: 8,
         steps: 3,
-        cpu_limit: None,
-        cuda_memory_fraction: None,
+        limit: Default::default(),
     }
 }
 

@@ -347,6 +347,20 @@ pub fn seq_summary(runs: &[(u64, &[TrialResult], &Analysis)]) -> SeqSummary {
     }
 }
 
+/// The budget a trial is judged against: the capacity (`--capacity`, else
+/// the device's memory as the trial read it) less the margin and the memory
+/// outside PyTorch. `None` until a trial has reported both. With
+/// `--capacity` on the CPU the user plans for another device, so the host
+/// process's own overhead is not part of that plan.
+pub fn budget_for(device: Device, capacity: Option<u64>, margin_fraction: f64, trial: &TrialResult) -> Option<Budget> {
+    let total = capacity.or(trial.device_total_bytes)?;
+    let foreign = match (device, capacity) {
+        (Device::Cpu, Some(_)) => 0,
+        _ => trial.non_pytorch_bytes()?,
+    };
+    Some(Budget::new(total, margin_fraction, foreign))
+}
+
 /// How a finished trial counts for the search.
 pub fn observe(trial: &TrialResult, budget: &Budget, basis: FitBasis) -> Observation {
     match trial.outcome {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::analysis::{observe, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::search::{self, synthetic, Observation, Probe, SearchLimits, StrategyKind};
-use crate::measure::device::Device;
+use crate::measure::device::{CapacityLimit, Device};
 use crate::measure::optim::OptimizerKind;
 use crate::measure::runner;
 use crate::measure::trial::TrialSpec;
@@ -82,8 +82,7 @@ impl RealCase {
             device: Device::Cpu,
             batch,
             steps: STEPS_PER_TRIAL,
-            cpu_limit,
-            cuda_memory_fraction: None,
+            limit: CapacityLimit { cpu_bytes: cpu_limit, cuda_fraction: None },
         }
     }
 }

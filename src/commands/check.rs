@@ -7,12 +7,12 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
-use crate::analyze::analysis::FitBasis;
+use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
-use crate::measure::device::{self, Device, DeviceRequest};
-use crate::measure::record::Outcome;
+use crate::measure::device::{self, CapacityLimit, DeviceRequest};
+use crate::measure::record::{Outcome, TrialResult};
 use crate::measure::runner;
 use crate::measure::trial::TrialSpec;
 use crate::measure::workload::WorkloadConfig;
@@ -40,8 +40,18 @@ struct Verdict {
     message: String,
 }
 
-pub fn run(args: CheckArgs) -> Result<i32> {
-    let (config, batch, plan_device, fit) = match (&args.plan, &args.workload.model, args.batch) {
+/// What to check: a workload at one batch, and the memory line of the plan
+/// row it came from, if any.
+struct Target {
+    config: WorkloadConfig,
+    batch: u64,
+    plan_device: Option<DeviceRequest>,
+    fit: Option<LinearFit>,
+}
+
+/// The workload and batch from `--plan` (a row) or `--model` with `--batch`.
+fn target(args: &CheckArgs) -> Result<Target> {
+    match (&args.plan, &args.workload.model, args.batch) {
         (Some(path), _, _) => {
             let entries = plan_file::read(path).map_err(|e| UsageError::new(e.to_string()))?;
             let entry = plan_file::select(path, entries, args.row.map(|r| r as usize), None)
@@ -61,27 +71,82 @@ pub fn run(args: CheckArgs) -> Result<i32> {
                 precision: entry.precision,
                 mode: entry.mode,
             };
-            (config, entry.recommended_batch, Some(entry.device), fit)
+            Ok(Target { config, batch: entry.recommended_batch, plan_device: Some(entry.device), fit })
         }
-        (None, Some(_), Some(batch)) => (super::workload_config(&args.workload)?, batch, None, None),
-        _ => return Err(UsageError::new("check needs --plan FILE, or --model M with --batch B").into()),
-    };
+        (None, Some(_), Some(batch)) => {
+            Ok(Target { config: super::workload_config(&args.workload)?, batch, plan_device: None, fit: None })
+        }
+        _ => Err(UsageError::new("check needs --plan FILE, or --model M with --batch B").into()),
+    }
+}
+
+/// The verdict on one finished trial: (verdict, exit code, headroom, message).
+fn judge(
+    trial: &TrialResult,
+    what: &str,
+    budget: &Budget,
+    peak: Option<u64>,
+    max_batch_from_fit: Option<u64>,
+) -> Result<(&'static str, i32, Option<i64>, String)> {
+    let capacity = human_bytes(budget.capacity_bytes as f64);
+    match trial.outcome {
+        Outcome::Fits => {
+            let peak = peak.unwrap_or(0);
+            let headroom = budget.headroom(peak as f64) as i64;
+            let pct = headroom as f64 / budget.capacity_bytes as f64 * 100.0;
+            if headroom < 0 {
+                let msg = format!(
+                    "WON'T FIT: {what}: peak {} plus {} outside PyTorch exceeds the capacity {capacity}",
+                    human_bytes(peak as f64),
+                    human_bytes(budget.non_pytorch_bytes as f64),
+                );
+                return Ok(("wont_fit", EXIT_WONT_FIT, Some(headroom), msg));
+            }
+            let mut msg = format!(
+                "FITS: {what}: peak {}, headroom {} ({pct:.1}%) of {capacity} ({} steps)",
+                human_bytes(peak as f64),
+                human_bytes(headroom as f64),
+                trial.steps.len()
+            );
+            if pct < budget.margin_fraction * 100.0 {
+                msg.push_str(&format!(
+                    "\nwarning: less than the {:.0}% margin stays free",
+                    budget.margin_fraction * 100.0
+                ));
+            }
+            Ok(("fits", 0, Some(headroom), msg))
+        }
+        Outcome::Oom => {
+            let step = trial.failed_step.map_or(String::new(), |s| format!(" at step {s}"));
+            let largest = match max_batch_from_fit {
+                Some(m) => format!("; the plan's memory line allows batch {m} at most"),
+                None => "; run `vramprobe sweep` to find the largest batch".into(),
+            };
+            let msg = format!(
+                "WON'T FIT: {what}: out of memory{step} ({}); capacity {capacity}{largest}",
+                trial.message.as_deref().unwrap_or("")
+            );
+            Ok(("wont_fit", EXIT_WONT_FIT, None, msg))
+        }
+        other => {
+            Err(anyhow!("the check could not run ({other}): {}", trial.message.as_deref().unwrap_or("no message")))
+        }
+    }
+}
+
+pub fn run(args: CheckArgs) -> Result<i32> {
+    let Target { config, batch, plan_device, fit } = target(&args)?;
     let request = args.device.or(plan_device).unwrap_or(DeviceRequest::Auto);
     let (device, note) = device::resolve(request)?;
     if let (Some(n), false) = (&note, args.quiet || args.json) {
         eprintln!("note: {n}");
     }
-    let cuda_memory_fraction = match (device, args.capacity) {
-        (Device::Cuda(i), Some(c)) => Some(device::cuda::emulation_fraction(i, c).map_err(UsageError::new)?),
-        _ => None,
-    };
     let spec = TrialSpec {
         workload: config.clone(),
         device,
         batch,
         steps: args.steps,
-        cpu_limit: if device == Device::Cpu { args.capacity } else { None },
-        cuda_memory_fraction,
+        limit: CapacityLimit::new(device, args.capacity)?,
     };
     let exe = std::env::current_exe().context("locating the vramprobe binary to run the check")?;
     let trial = runner::run_trial(&exe, 1, &spec, Duration::from_secs(args.trial_timeout), |_| {});
@@ -92,61 +157,14 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         .capacity
         .or(trial.device_total_bytes)
         .ok_or_else(|| anyhow!("the device's memory is unknown: pass --capacity"))?;
-    let non_pytorch = match (device, args.capacity) {
-        (Device::Cpu, Some(_)) => 0,
-        _ => trial.non_pytorch_bytes().unwrap_or(0),
-    };
+    // The sweep's rule; a trial that ran out before its first step has not
+    // measured the memory outside PyTorch: none is counted then.
+    let budget =
+        budget_for(device, args.capacity, args.margin, &trial).unwrap_or_else(|| Budget::new(capacity, args.margin, 0));
     let peak = FitBasis::for_device(device).peak(&trial);
-    let max_batch_from_fit =
-        fit.and_then(|f| f.max_batch_within(Budget::new(capacity, args.margin, non_pytorch).budget_bytes));
+    let max_batch_from_fit = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
     let what = format!("{} {} at batch {batch} on {device}", config.model, format_input(&config.input));
-    let (verdict, exit_code, headroom, message) = match trial.outcome {
-        Outcome::Fits => {
-            let peak = peak.unwrap_or(0);
-            let headroom = capacity as i64 - non_pytorch as i64 - peak as i64;
-            let pct = headroom as f64 / capacity as f64 * 100.0;
-            if headroom < 0 {
-                let msg = format!(
-                    "WON'T FIT: {what}: peak {} plus {} outside PyTorch exceeds the capacity {}",
-                    human_bytes(peak as f64),
-                    human_bytes(non_pytorch as f64),
-                    human_bytes(capacity as f64)
-                );
-                ("wont_fit", EXIT_WONT_FIT, Some(headroom), msg)
-            } else {
-                let mut msg = format!(
-                    "FITS: {what}: peak {}, headroom {} ({pct:.1}%) of {} ({} steps)",
-                    human_bytes(peak as f64),
-                    human_bytes(headroom as f64),
-                    human_bytes(capacity as f64),
-                    trial.steps.len()
-                );
-                if pct < args.margin * 100.0 {
-                    msg.push_str(&format!("\nwarning: less than the {:.0}% margin stays free", args.margin * 100.0));
-                }
-                ("fits", 0, Some(headroom), msg)
-            }
-        }
-        Outcome::Oom => {
-            let step = trial.failed_step.map_or(String::new(), |s| format!(" at step {s}"));
-            let largest = match max_batch_from_fit {
-                Some(m) => format!("; the plan's memory line allows batch {m} at most"),
-                None => "; run `vramprobe sweep` to find the largest batch".into(),
-            };
-            let msg = format!(
-                "WON'T FIT: {what}: out of memory{step} ({}); capacity {}{largest}",
-                trial.message.as_deref().unwrap_or(""),
-                human_bytes(capacity as f64)
-            );
-            ("wont_fit", EXIT_WONT_FIT, None, msg)
-        }
-        other => {
-            return Err(anyhow!(
-                "the check could not run ({other}): {}",
-                trial.message.as_deref().unwrap_or("no message")
-            ));
-        }
-    };
+    let (verdict, exit_code, headroom, message) = judge(&trial, &what, &budget, peak, max_batch_from_fit)?;
     if args.json {
         let v = Verdict {
             verdict,
@@ -158,7 +176,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
             steps: trial.steps.len(),
             peak_bytes: peak,
             capacity_bytes: capacity,
-            non_pytorch_bytes: non_pytorch,
+            non_pytorch_bytes: budget.non_pytorch_bytes,
             headroom_bytes: headroom,
             headroom_fraction: headroom.map(|h| h as f64 / capacity as f64),
             max_batch_from_fit,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 
 use crate::commands::cli::SweepArgs;
-use crate::measure::device::{self, Device, DeviceRequest};
+use crate::measure::device::{self, CapacityLimit, Device, DeviceRequest};
 
 use crate::analyze::analysis;
 use crate::error::Interrupted;
@@ -127,10 +127,7 @@ fn sweep_config(
         tolerance: args.tolerance,
         trial_timeout: Duration::from_secs(args.trial_timeout),
         capacity: args.capacity,
-        cuda_memory_fraction: match (device, args.capacity) {
-            (Device::Cuda(i), Some(c)) => Some(device::cuda::emulation_fraction(i, c).map_err(UsageError::new)?),
-            _ => None,
-        },
+        limit: CapacityLimit::new(device, args.capacity)?,
         margin_fraction: args.margin,
         multiple_of: args.multiple_of,
         command_line: std::env::args().collect(),

@@ -3,7 +3,7 @@ use anyhow::Result;
 
 use crate::commands::cli::TrialArgs;
 use crate::error::UsageError;
-use crate::measure::device::{self, DeviceRequest};
+use crate::measure::device::{self, CapacityLimit, DeviceRequest};
 use crate::measure::trial::{self, TrialSpec};
 
 pub fn run(args: TrialArgs) -> Result<i32> {
@@ -16,8 +16,7 @@ pub fn run(args: TrialArgs) -> Result<i32> {
         device,
         batch: args.batch,
         steps: args.steps,
-        cpu_limit: args.cpu_limit,
-        cuda_memory_fraction: None,
+        limit: CapacityLimit { cpu_bytes: args.cpu_limit, cuda_fraction: None },
     };
     trial::run(&spec, &mut std::io::stdout().lock())?;
     Ok(0)

@@ -39,7 +39,7 @@ pub fn child_args(spec: &TrialSpec) -> Vec<String> {
         "--steps".into(),
         spec.steps.to_string(),
     ];
-    if let Some(limit) = spec.cpu_limit {
+    if let Some(limit) = spec.limit.cpu_bytes {
         args.extend(["--cpu-limit".into(), limit.to_string()]);
     }
     args
@@ -76,7 +76,7 @@ pub fn run_trial(
         .stderr(Stdio::piped())
         // Its own process group, so a timeout kills everything it started.
         .process_group(0);
-    if let Some(fraction) = spec.cuda_memory_fraction {
+    if let Some(fraction) = spec.limit.cuda_fraction {
         let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
         command.env(
             "PYTORCH_CUDA_ALLOC_CONF",

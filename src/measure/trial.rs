@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::measure::device::Device;
+use crate::measure::device::{CapacityLimit, Device};
 use crate::measure::failure::StepError;
 use crate::measure::meter::MemoryMeter;
 use crate::measure::record::{Message, Outcome, StepRecord};
@@ -21,11 +21,8 @@ pub struct TrialSpec {
     pub device: Device,
     pub batch: u64,
     pub steps: u32,
-    /// On the CPU: a real memory limit inside libtorch (`--capacity`).
-    pub cpu_limit: Option<u64>,
-    /// On CUDA: the caching allocator's `per_process_memory_fraction`
-    /// (`--capacity`), set in the child's environment.
-    pub cuda_memory_fraction: Option<f64>,
+    /// How `--capacity` is enforced in the child.
+    pub limit: CapacityLimit,
 }
 
 fn emit(out: &mut impl Write, msg: &Message) -> Result<()> {
@@ -43,7 +40,7 @@ fn end(out: &mut impl Write, err: &StepError, failed_step: Option<u32>) -> Resul
 /// Runs the trial, writing its messages to `out`. Returns an error only when
 /// the records themselves cannot be written; step failures are outcomes.
 pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
-    if let (Some(limit), Device::Cpu) = (spec.cpu_limit, spec.device) {
+    if let (Some(limit), Device::Cpu) = (spec.limit.cpu_bytes, spec.device) {
         crate::measure::shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;
     }
     let (meter, notes) = MemoryMeter::open(spec.device).context("starting memory tracking")?;

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::analyze::analysis::{self, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
+use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
 use crate::analyze::fit::Budget;
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
-use crate::measure::device::Device;
+use crate::measure::device::{CapacityLimit, Device};
 use crate::measure::environment;
 use crate::measure::record::StepRecord;
 use crate::measure::record::TrialResult;
@@ -45,7 +45,7 @@ pub struct SweepConfig {
     pub trial_timeout: Duration,
     pub capacity: Option<u64>,
     /// On CUDA with `--capacity`: the allocator fraction that emulates it.
-    pub cuda_memory_fraction: Option<f64>,
+    pub limit: CapacityLimit,
     pub margin_fraction: f64,
     pub multiple_of: u64,
     pub command_line: Vec<String>,
@@ -69,20 +69,6 @@ impl SweepConfig {
             BatchChoice::Search(kind) => StrategyName::Search(*kind),
             BatchChoice::Listed(_) => StrategyName::ListedBatches,
         }
-    }
-
-    /// The budget, once a trial has reported the device's total memory and
-    /// the memory outside PyTorch. Fixed from then on, so every trial is
-    /// judged against the same number.
-    fn budget_from(&self, trial: &TrialResult) -> Option<Budget> {
-        let capacity = self.capacity.or(trial.device_total_bytes)?;
-        // With --capacity on the CPU the user plans for another device: the
-        // host process's own overhead is not part of that plan.
-        let foreign = match (self.device, self.capacity) {
-            (Device::Cpu, Some(_)) => 0,
-            _ => trial.non_pytorch_bytes()?,
-        };
-        Some(Budget::new(capacity, self.margin_fraction, foreign))
     }
 }
 
@@ -122,15 +108,12 @@ impl Sweep<'_> {
         self.stop_if_interrupted()?;
         let trial = self.report.trials.len() as u32 + 1;
         self.sink.trial_started(trial, batch);
-        // On the CPU, --capacity is a real limit inside libtorch, as a GPU's is.
-        let cpu_limit = if self.cfg.device == Device::Cpu { self.cfg.capacity } else { None };
         let spec = TrialSpec {
             workload: self.cfg.workload.clone(),
             device: self.cfg.device,
             batch,
             steps: self.cfg.steps,
-            cpu_limit,
-            cuda_memory_fraction: self.cfg.cuda_memory_fraction,
+            limit: self.cfg.limit,
         };
         let sink = &mut *self.sink;
         let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| sink.step_done(s));
@@ -139,7 +122,9 @@ impl Sweep<'_> {
             self.report.device_name = result.device_name.clone();
         }
         if self.budget.is_none() {
-            self.budget = self.cfg.budget_from(&result);
+            // Fixed from the first trial that reports it, so every trial is
+            // judged against the same number.
+            self.budget = budget_for(self.cfg.device, self.cfg.capacity, self.cfg.margin_fraction, &result);
         }
         self.report.trials.push(result);
         self.sink.report(&self.report)?;

@@ -39,6 +39,31 @@ impl FromStr for DeviceRequest {
     }
 }
 
+/// How a `--capacity` is enforced inside a trial, as a GPU's memory would
+/// be: on the CPU a real limit in libtorch's allocator (an OOM inside
+/// libtorch past it), on CUDA the caching allocator's memory fraction.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CapacityLimit {
+    pub cpu_bytes: Option<u64>,
+    /// `per_process_memory_fraction`, set in the trial child's environment.
+    pub cuda_fraction: Option<f64>,
+}
+
+impl CapacityLimit {
+    /// The limit for `capacity` on `device`; none without a capacity. A CUDA
+    /// capacity above the device's memory is the user's mistake.
+    pub fn new(device: Device, capacity: Option<u64>) -> Result<CapacityLimit, UsageError> {
+        Ok(match (device, capacity) {
+            (_, None) => CapacityLimit::default(),
+            (Device::Cpu, Some(bytes)) => CapacityLimit { cpu_bytes: Some(bytes), cuda_fraction: None },
+            (Device::Cuda(i), Some(bytes)) => CapacityLimit {
+                cpu_bytes: None,
+                cuda_fraction: Some(cuda::emulation_fraction(i, bytes).map_err(UsageError::new)?),
+            },
+        })
+    }
+}
+
 /// A concrete device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
