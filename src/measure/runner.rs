@@ -1,62 +1,115 @@
-//! The parent side of a trial: spawn `vramprobe trial`, read its records as
-//! they come, enforce the timeout on its whole process group, and classify
-//! how it ended without ever confusing an OOM, an error, a signal or a hang.
+//! The parent side of a trial: start the child a [`TrialKind`] describes,
+//! read its records as they come, enforce the timeout on its whole process
+//! group, and classify how it ended without ever confusing an OOM, an
+//! error, a signal or a hang.
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::error::signal_name;
 use crate::measure::record::{Message, Outcome, StepRecord, TrialResult};
 use crate::measure::trial::TrialSpec;
 use crate::units::format_input;
 
-/// The command line of the child for `spec`.
+/// A kind of trial: the child process that runs one batch and streams the
+/// trial records on stdout. Today the built-in workload ([`BuiltIn`]); the
+/// runner needs nothing else from a kind.
+pub trait TrialKind {
+    /// The batch this trial runs.
+    fn batch(&self) -> u64;
+    /// The child's command (program, arguments, environment); the runner
+    /// adds the pipes and the process group.
+    fn command(&self) -> Command;
+}
+
+/// A built-in workload (or a TorchScript file): `vramprobe trial ...`.
+pub struct BuiltIn<'a> {
+    /// The vramprobe binary.
+    pub exe: &'a Path,
+    pub spec: &'a TrialSpec,
+}
+
+impl TrialKind for BuiltIn<'_> {
+    fn batch(&self) -> u64 {
+        self.spec.batch
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(self.exe);
+        command.args(child_args(self.spec));
+        if let Some(fraction) = self.spec.limit.cuda_fraction {
+            let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
+            command.env(
+                "PYTORCH_CUDA_ALLOC_CONF",
+                crate::measure::device::cuda::alloc_conf_with_fraction(existing.as_deref(), fraction),
+            );
+        }
+        command
+    }
+}
+
+/// The command line of the hidden `vramprobe trial` for `spec` (the CUDA
+/// fraction travels in the environment). commands/cli.rs tests that clap
+/// parses it back into the same spec, so a renamed flag fails a test.
 pub fn child_args(spec: &TrialSpec) -> Vec<String> {
     let w = &spec.workload;
-    let mut args: Vec<String> = vec![
-        "trial".into(),
-        "--json".into(),
-        "--model".into(),
-        w.model.clone(),
-        "--input".into(),
-        format_input(&w.input),
-        "--classes".into(),
-        w.classes.to_string(),
-        "--optimizer".into(),
-        w.optimizer.name().into(),
-        "--lr".into(),
-        w.lr.to_string(),
-        "--precision".into(),
-        w.precision.name().into(),
-        "--mode".into(),
-        w.mode.name().into(),
-        "--device".into(),
-        spec.device.to_string(),
-        "--batch".into(),
-        spec.batch.to_string(),
-        "--steps".into(),
-        spec.steps.to_string(),
-    ];
+    let mut args: Vec<String> = [
+        ("--model", w.model.clone()),
+        ("--input", format_input(&w.input)),
+        ("--classes", w.classes.to_string()),
+        ("--optimizer", w.optimizer.name().into()),
+        ("--lr", w.lr.to_string()),
+        ("--precision", w.precision.name().into()),
+        ("--mode", w.mode.name().into()),
+        ("--device", spec.device.to_string()),
+        ("--batch", spec.batch.to_string()),
+        ("--steps", spec.steps.to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value])
+    .collect();
+    args.splice(0..0, ["trial".to_string(), "--json".to_string()]);
     if let Some(limit) = spec.limit.cpu_bytes {
         args.extend(["--cpu-limit".into(), limit.to_string()]);
     }
     args
 }
 
-/// Runs one trial in a child process. `on_step` sees each step as it arrives.
+/// Runs a built-in trial in a child process. `on_step` sees each step as it arrives.
 pub fn run_trial(
     exe: &Path,
     trial: u32,
     spec: &TrialSpec,
     timeout: Duration,
-    mut on_step: impl FnMut(&StepRecord),
+    on_step: impl FnMut(&StepRecord),
 ) -> TrialResult {
+    run(&BuiltIn { exe, spec }, trial, timeout, on_step)
+}
+
+/// How reading a child's records stopped.
+enum Ending {
+    /// The child sent its end record.
+    Reported {
+        outcome: Outcome,
+        message: Option<String>,
+        failed_step: Option<u32>,
+    },
+    TimedOut,
+    /// SIGINT or SIGTERM reached vramprobe: the trial was killed.
+    Interrupted(i32),
+    /// Its stdout closed without an end record.
+    Closed,
+}
+
+/// Runs one trial of any kind. `on_step` sees each step as it arrives.
+pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl FnMut(&StepRecord)) -> TrialResult {
     let started = Instant::now();
     let mut result = TrialResult {
         trial,
-        batch: spec.batch,
+        batch: kind.batch(),
         outcome: Outcome::Error,
         message: None,
         failed_step: None,
@@ -68,21 +121,35 @@ pub fn run_trial(
         wall_seconds: 0.0,
         steps: Vec::new(),
     };
-    let mut command = Command::new(exe);
-    command
-        .args(child_args(spec))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so a timeout kills everything it started.
-        .process_group(0);
-    if let Some(fraction) = spec.limit.cuda_fraction {
-        let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
-        command.env(
-            "PYTORCH_CUDA_ALLOC_CONF",
-            crate::measure::device::cuda::alloc_conf_with_fraction(existing.as_deref(), fraction),
-        );
-    }
+    let mut command = kind.command();
+    let program = command.get_program().to_string_lossy().into_owned();
+    let mut child = match spawn(&mut command) {
+        Ok(c) => c,
+        Err(e) => {
+            result.message = Some(format!("could not start the trial process {program}: {e}"));
+            return result;
+        }
+    };
+    let stderr = child.stderr.take();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut s) = stderr {
+            let _ = s.read_to_string(&mut text);
+        }
+        text
+    });
+    let ending = read_records(&mut child, &mut result, started + timeout, on_step);
+    let status = child.wait();
+    let stderr_text = stderr_reader.join().unwrap_or_default();
+    result.wall_seconds = started.elapsed().as_secs_f64();
+    classify(&mut result, ending, status, &stderr_text, timeout);
+    result
+}
+
+/// Starts the child with piped output in its own process group (so a
+/// timeout kills everything it started), dying with its parent.
+fn spawn(command: &mut Command) -> std::io::Result<Child> {
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     // SAFETY: prctl is async-signal-safe. Outside the terminal's process
     // group the child would not see Ctrl-C; it dies with its parent instead.
     unsafe {
@@ -91,15 +158,18 @@ pub fn run_trial(
             Ok(())
         });
     }
-    let spawned = command.spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            result.message = Some(format!("could not start the trial process {}: {e}", exe.display()));
-            return result;
-        }
-    };
+    command.spawn()
+}
 
+/// Reads the child's records into `result` until it reports its end, its
+/// output closes, the deadline passes or a signal arrives (then its process
+/// group is killed).
+fn read_records(
+    child: &mut Child,
+    result: &mut TrialResult,
+    deadline: Instant,
+    mut on_step: impl FnMut(&StepRecord),
+) -> Ending {
     let (tx, rx) = mpsc::channel::<String>();
     let stdout = child.stdout.take();
     let reader = std::thread::spawn(move || {
@@ -111,28 +181,14 @@ pub fn run_trial(
             }
         }
     });
-    let stderr = child.stderr.take();
-    let stderr_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut s) = stderr {
-            let _ = s.read_to_string(&mut text);
-        }
-        text
-    });
-
-    let deadline = started + timeout;
-    let mut ended: Option<(Outcome, Option<String>, Option<u32>)> = None;
-    let mut timed_out = false;
-    let mut interrupted = None;
-    let kill_group = || {
-        // SAFETY: kill(2) on the child's own process group.
-        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-    };
-    loop {
+    let group = child.id() as i32;
+    // SAFETY: kill(2) on the child's own process group.
+    let kill_group = || unsafe { libc::kill(-group, libc::SIGKILL) };
+    let mut reported = None;
+    let ending = loop {
         if let Some(signal) = crate::interrupt::received() {
-            interrupted = Some(signal);
             kill_group();
-            break;
+            break Ending::Interrupted(signal);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         // Wake up often enough to notice Ctrl-C or SIGTERM.
@@ -146,68 +202,81 @@ pub fn run_trial(
                     result.device_total_bytes = device_total_bytes;
                 }
                 Ok(Message::Step(mut rec)) => {
-                    rec.trial = trial;
+                    rec.trial = result.trial;
                     on_step(&rec);
                     result.steps.push(*rec);
                 }
-                Ok(Message::End { outcome, message, failed_step }) => ended = Some((outcome, message, failed_step)),
+                Ok(Message::End { outcome, message, failed_step }) => {
+                    reported = Some(Ending::Reported { outcome, message, failed_step })
+                }
                 // Anything else on stdout (a library printing) is not ours.
                 Err(_) => {}
             },
             Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                timed_out = true;
                 kill_group();
-                break;
+                break Ending::TimedOut;
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break reported.take().unwrap_or(Ending::Closed),
         }
-    }
-    let status = child.wait();
-    let _ = reader.join();
-    let stderr_text = stderr_reader.join().unwrap_or_default();
-    result.wall_seconds = started.elapsed().as_secs_f64();
-
-    let stderr_tail = || {
-        let lines: Vec<&str> = stderr_text.lines().filter(|l| !l.trim().is_empty()).collect();
-        lines[lines.len().saturating_sub(3)..].join(" | ")
     };
-    if let Some(signal) = interrupted {
-        result.outcome = Outcome::Killed;
-        result.message =
-            Some(format!("interrupted by {}: the trial's process group was killed", crate::error::signal_name(signal)));
-        result.failed_step = Some(result.steps.len() as u32 + 1);
-    } else if timed_out {
-        result.outcome = Outcome::Timeout;
-        result.message = Some(format!(
-            "no result within the {}s trial timeout; the trial's process group was killed",
-            timeout.as_secs()
-        ));
-    } else if let Some((outcome, message, failed_step)) = ended {
-        result.outcome = outcome;
-        result.message = message;
-        result.failed_step = failed_step;
-    } else {
-        match status {
-            Ok(s) if s.signal().is_some() => {
-                let sig = s.signal().unwrap_or(0);
-                result.outcome = Outcome::Killed;
-                let hint = if sig == libc::SIGKILL { " (on the CPU, often the kernel's OOM killer)" } else { "" };
-                result.message =
-                    Some(format!("the trial process was killed by {} ({sig}){hint}", crate::error::signal_name(sig)));
-            }
-            Ok(s) => {
-                result.outcome = Outcome::Error;
-                let tail = stderr_tail();
-                result.message = Some(format!(
-                    "the trial process exited with {} before reporting a result{}",
-                    s.code().map_or_else(|| "no code".into(), |c| format!("code {c}")),
-                    if tail.is_empty() { String::new() } else { format!(": {tail}") }
-                ));
-            }
-            Err(e) => result.message = Some(format!("waiting for the trial process failed: {e}")),
+    let _ = reader.join();
+    ending
+}
+
+/// Sets the outcome and message from how the trial ended.
+fn classify(
+    result: &mut TrialResult,
+    ending: Ending,
+    status: std::io::Result<ExitStatus>,
+    stderr: &str,
+    timeout: Duration,
+) {
+    let next_step = Some(result.steps.len() as u32 + 1);
+    match ending {
+        Ending::Interrupted(signal) => {
+            result.outcome = Outcome::Killed;
+            result.message =
+                Some(format!("interrupted by {}: the trial's process group was killed", signal_name(signal)));
+            result.failed_step = next_step;
         }
-        result.failed_step = Some(result.steps.len() as u32 + 1);
+        Ending::TimedOut => {
+            result.outcome = Outcome::Timeout;
+            result.message = Some(format!(
+                "no result within the {}s trial timeout; the trial's process group was killed",
+                timeout.as_secs()
+            ));
+        }
+        Ending::Reported { outcome, message, failed_step } => {
+            result.outcome = outcome;
+            result.message = message;
+            result.failed_step = failed_step;
+        }
+        Ending::Closed => {
+            (result.outcome, result.message) = unreported(status, stderr);
+            result.failed_step = next_step;
+        }
     }
-    result
+}
+
+/// A child that ended without its end record: killed, or exited early.
+fn unreported(status: std::io::Result<ExitStatus>, stderr: &str) -> (Outcome, Option<String>) {
+    match status {
+        Ok(s) if s.signal().is_some() => {
+            let sig = s.signal().unwrap_or(0);
+            let hint = if sig == libc::SIGKILL { " (on the CPU, often the kernel's OOM killer)" } else { "" };
+            (Outcome::Killed, Some(format!("the trial process was killed by {} ({sig}){hint}", signal_name(sig))))
+        }
+        Ok(s) => {
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
+            let message = format!(
+                "the trial process exited with {} before reporting a result{}",
+                s.code().map_or_else(|| "no code".into(), |c| format!("code {c}")),
+                if tail.is_empty() { String::new() } else { format!(": {tail}") }
+            );
+            (Outcome::Error, Some(message))
+        }
+        Err(e) => (Outcome::Error, Some(format!("waiting for the trial process failed: {e}"))),
+    }
 }
