@@ -1,16 +1,14 @@
 //! `vramprobe sweep`: validate, run the sweep, print the summary.
-use std::time::Duration;
-
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::commands::cli::SweepArgs;
-use crate::measure::device::{self, CapacityLimit, Device, DeviceRequest};
-
 use crate::analyze::analysis;
+use crate::commands::cli::SweepArgs;
 use crate::error::Interrupted;
 use crate::error::UsageError;
+use crate::measure::device::{self, CapacityLimit, Device, DeviceRequest};
 use crate::measure::environment;
 use crate::measure::model;
 use crate::measure::record::TrialResult;

@@ -3,11 +3,12 @@
 //! Plain numbers, units in the column names, empty cells for "not measured".
 use serde::{Deserialize, Serialize};
 
-use super::Report;
 use crate::analyze::analysis::Analysis;
 use crate::analyze::whatif::GpuPrediction;
 use crate::measure::record::TrialResult;
 use crate::units::format_input;
+
+use super::Report;
 
 /// Version of the plan.csv columns; bump it when they change.
 /// 2: added `fastest_batch` and `fastest_samples_per_second` at the end.

@@ -11,9 +11,10 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::Report;
 use crate::analyze::analysis::SeqSummary;
 use crate::measure::record::Outcome;
+
+use super::Report;
 
 pub(super) const SIZE: (u32, u32) = (960, 560);
 pub(super) const FONT: &str = "sans-serif";

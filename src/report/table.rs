@@ -2,9 +2,10 @@
 //! they apply, predictions for common GPU sizes.
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
-use super::Report;
 use crate::analyze::analysis::SeqSummary;
 use crate::units::{format_input, human_bytes};
+
+use super::Report;
 
 fn opt_bytes(v: Option<u64>) -> String {
     v.map(|b| human_bytes(b as f64)).unwrap_or_else(|| "-".into())

@@ -9,9 +9,10 @@ use anyhow::Result;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::plot::{legend, plot_err, svg, tick, ByteUnit, Series, FONT, GREY, PURPLE, SIZE};
 use crate::measure::record::StepRecord;
 use crate::report::output::write_atomic;
+
+use super::plot::{legend, plot_err, svg, tick, ByteUnit, Series, FONT, GREY, PURPLE, SIZE};
 
 /// What a log row records: an optimizer step, or an event of the run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use checkpoint::RunState;
 
 use crate::error::Interrupted;
 use crate::measure::data::{epoch_order, Dataset};
@@ -20,7 +21,6 @@ use crate::measure::workload::Workload;
 use crate::report::progress::Status;
 use crate::report::train_log::{BatchSplit, Position, TrainEvent, TrainLog, TrainRow};
 use crate::units::human_bytes;
-use checkpoint::RunState;
 
 /// How long to train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,9 @@
 //! batch it reports has itself been run. When the readings contradict the
 //! fit by more than the margin, or the line fits poorly, it falls back to
 //! bisection and says so.
-use super::{bracket, Observation, Probe, SearchLimits, SearchResult, Step, Strategy};
 use crate::analyze::fit::LinearFit;
+
+use super::{bracket, Observation, Probe, SearchLimits, SearchResult, Step, Strategy};
 
 /// The first two probes: cheap, past the smallest batches (where a step's
 /// peak is often elsewhere than in the activations, which bends the curve),

@@ -1,9 +1,8 @@
 //! The driver's view of a GPU through NVML. NVML is optional: without a
 //! driver every reading is absent and the caller notes it, never fails.
-use serde::{Deserialize, Serialize};
-
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use serde::{Deserialize, Serialize};
 
 /// One NVML sample of a device. Every field is optional: some GPUs (and MIG
 /// slices) do not report all of them.

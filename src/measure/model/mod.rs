@@ -15,10 +15,10 @@ mod vgg;
 
 use std::path::Path;
 
+use gpt::{GptShape, GPT2_VOCAB};
 use tch::{nn, nn::ModuleT, vision, TchError, Tensor};
 
 use crate::error::UsageError;
-use gpt::{GptShape, GPT2_VOCAB};
 
 /// What a forward pass returns in training: the logits, plus auxiliary logits
 /// where the architecture trains with them (inception_v3).
