@@ -5,7 +5,7 @@
 //!
 //! - [`commands`]: one file per subcommand and the clap definitions; the
 //!   only place that knows about the command line and the terminal.
-//! - [`sweep`], [`train`], [`bench`]: the orchestrator, the companion
+//! - [`sweep`], [`train`], [`bench`](mod@bench): the orchestrator, the companion
 //!   trainer and the search benchmark, side by side (none imports another).
 //! - [`report`]: formatters that return bytes (table, CSV, JSON, SVG, HTML),
 //!   the plan.csv reader, the trainer's log, atomic output and progress.

@@ -10,6 +10,10 @@
 //!
 //! Cost model: a probe that fits costs its steps; one that does not fit
 //! costs 1 step, where it would run out of memory on the device.
+//!
+//! Layer 2, beside the sweep: it runs the same search loop
+//! (`analyze::search::run`) but never imports `sweep`, `train` or
+//! `commands`.
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;

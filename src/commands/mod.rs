@@ -1,4 +1,9 @@
-//! One function per subcommand: validate, call the library, print.
+//! The commands: one file per subcommand (validate, call the library,
+//! print) and the clap definitions ([`cli`]). The only place that knows
+//! about the command line and the terminal's stdout.
+//!
+//! Layer 1, the top: may import every layer below; nothing imports it
+//! (but `main.rs`).
 mod bench;
 mod check;
 pub mod cli;

@@ -1,5 +1,12 @@
-//! Formatters: every function here takes measured data and returns bytes (or
-//! a string). Nothing here measures or touches the file system.
+//! Reporting: formatters that take measured data and return bytes (table,
+//! csv, json, plot, html: no file system there), and the few parts that
+//! meet the outside world on the reporting side: atomic writes and the run
+//! folder ([`output`]), reading plan.csv back ([`plan_file`]), the
+//! trainer's log and its plot ([`train_log`]), terminal progress
+//! ([`progress`]). Nothing here runs a trial.
+//!
+//! Layer 3: may import `analyze`, `measure`, `units`, `interrupt`, `error`;
+//! never `sweep`, `train`, `bench` or `commands`.
 pub mod csv;
 pub mod html;
 pub mod json;

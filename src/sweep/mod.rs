@@ -1,7 +1,11 @@
-//! The sweep orchestrator: asks a search strategy for the next batch, runs it
-//! as a trial in a child process, turns the trial into an observation against
-//! the budget, writes partial results after every trial, verifies the
-//! recommended batch, and finishes with the analysis.
+//! The sweep orchestrator: runs the search with itself as the oracle (each
+//! batch a trial in a child process, judged against the budget), verifies the
+//! recommended batch, and finishes with the analysis. It reports through a
+//! [`Sink`] after every trial, so what was measured survives a later failure;
+//! the sink, not the sweep, shows progress and writes files.
+//!
+//! Layer 2: may import `report` (the report type), `analyze`, `measure`,
+//! `units`, `interrupt`, `error`; never `train`, `bench` or `commands`.
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -2,6 +2,9 @@
 //! batch, accumulates gradients up to the target effective batch, and backs
 //! off on an out-of-memory error without losing progress or silently changing
 //! the effective batch.
+//!
+//! Layer 2: may import `report`, `analyze`, `measure`, `units`, `interrupt`,
+//! `error`; never `sweep`, `bench` or `commands`.
 pub mod checkpoint;
 
 use std::path::{Path, PathBuf};
