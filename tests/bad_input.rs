@@ -167,7 +167,10 @@ fn malformed_options_of_every_command_are_usage_errors() {
         (vec!["train", "--plan", p, "--data", "/no/such/cifar"], "reading /no/such/cifar"),
         (vec!["train", "--plan", "/no/such/plan.csv"], "/no/such/plan.csv: cannot read the plan"),
         (vec!["check", "--plan", p, "--batch", "0"], "invalid batch size 0"),
-        (vec!["check", "--model", "resnet18"], "check needs --plan FILE, or --model M with --batch B"),
+        (
+            vec!["check", "--model", "resnet18"],
+            "check needs --plan FILE, --model M with --batch B, or --batch B -- your training command",
+        ),
         (vec!["check", "--plan", p, "--row", "9"], "--row 9: the plan has 1 row(s)"),
         (vec!["plan", "--from", "/no/such/report.json", "--gpu", "rtx3070"], "/no/such/report.json: cannot read"),
         (vec!["plan", "--from", p, "--gpu", "rtx3070"], "plan.csv: not a vramprobe report.json"),

@@ -11,6 +11,7 @@ use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
+use crate::measure::command::{CommandRuns, UserCommand};
 use crate::measure::device::{self, CapacityLimit, DeviceRequest};
 use crate::measure::record::{Outcome, TrialResult};
 use crate::measure::runner;
@@ -43,6 +44,8 @@ struct Verdict {
 /// What to check: a workload at one batch, and the memory line of the plan
 /// row it came from, if any.
 struct Target {
+    /// Command mode: the user's command, which the trial runs.
+    command: Option<UserCommand>,
     config: WorkloadConfig,
     batch: u64,
     plan_device: Option<DeviceRequest>,
@@ -71,12 +74,24 @@ fn target(args: &CheckArgs) -> Result<Target> {
                 precision: entry.precision,
                 mode: entry.mode,
             };
-            Ok(Target { config, batch: entry.recommended_batch, plan_device: Some(entry.device), fit })
+            Ok(Target { command: None, config, batch: entry.recommended_batch, plan_device: Some(entry.device), fit })
         }
-        (None, Some(_), Some(batch)) => {
-            Ok(Target { config: super::workload_config(&args.workload)?, batch, plan_device: None, fit: None })
+        (None, None, Some(batch)) if !args.command.is_empty() => {
+            let command = UserCommand::new(args.command.clone())?;
+            let config = WorkloadConfig { model: command.line(), ..super::command_label_workload() };
+            Ok(Target { command: Some(command), config, batch, plan_device: None, fit: None })
         }
-        _ => Err(UsageError::new("check needs --plan FILE, or --model M with --batch B").into()),
+        (None, Some(_), Some(batch)) => Ok(Target {
+            command: None,
+            config: super::workload_config(&args.workload)?,
+            batch,
+            plan_device: None,
+            fit: None,
+        }),
+        _ => Err(UsageError::new(
+            "check needs --plan FILE, --model M with --batch B, or --batch B -- your training command",
+        )
+        .into()),
     }
 }
 
@@ -135,7 +150,7 @@ fn judge(
 }
 
 pub fn run(args: CheckArgs) -> Result<i32> {
-    let Target { config, batch, plan_device, fit } = target(&args)?;
+    let Target { command, config, batch, plan_device, fit } = target(&args)?;
     let request = args.device.or(plan_device).unwrap_or(DeviceRequest::Auto);
     let (device, note) = device::resolve(request)?;
     if let (Some(n), false) = (&note, args.quiet || args.json) {
@@ -148,11 +163,29 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         steps: args.steps,
         limit: CapacityLimit::new(device, args.capacity)?,
     };
-    let exe = std::env::current_exe().context("locating the vramprobe binary to run the check")?;
-    let trial = runner::run_trial(&exe, 1, &spec, Duration::from_secs(args.trial_timeout), |_| {});
+    let timeout = Duration::from_secs(args.trial_timeout);
+    let trial = match command {
+        None => {
+            let exe = std::env::current_exe().context("locating the vramprobe binary to run the check")?;
+            runner::run_trial(&exe, 1, &spec, timeout, |_| {})
+        }
+        Some(command) => {
+            // The command's output and records, kept only for this check.
+            let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
+            let runs = CommandRuns::new(command, scratch.clone()).context("preparing vramprobe's Python hook")?;
+            let kind = runs.trial(1, batch, spec.steps, device, spec.limit).context("preparing the check's trial")?;
+            let trial = runner::run(&kind, 1, timeout, |_| {});
+            let _ = std::fs::remove_dir_all(&scratch);
+            trial
+        }
+    };
     // Ctrl-C or SIGTERM killed the check's trial: no verdict, exit 130/143.
     crate::interrupt::check()?;
 
+    if !matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
+        let message = trial.message.as_deref().unwrap_or("no message");
+        return Err(anyhow!("the check could not run ({}): {message}", trial.outcome));
+    }
     let capacity = args
         .capacity
         .or(trial.device_total_bytes)
@@ -163,7 +196,10 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         budget_for(device, args.capacity, args.margin, &trial).unwrap_or_else(|| Budget::new(capacity, args.margin, 0));
     let peak = FitBasis::for_device(device).peak(&trial);
     let max_batch_from_fit = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
-    let what = format!("{} {} at batch {batch} on {device}", config.model, format_input(&config.input));
+    let what = match &config.input[..] {
+        [] => format!("`{}` at batch {batch} on {device}", config.model),
+        input => format!("{} {} at batch {batch} on {device}", config.model, format_input(input)),
+    };
     let (verdict, exit_code, headroom, message) = judge(&trial, &what, &budget, peak, max_batch_from_fit)?;
     if args.json {
         let v = Verdict {

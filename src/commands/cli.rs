@@ -27,7 +27,7 @@ pub enum Command {
     /// Run real training steps across batch sizes, fit memory against the batch,
     /// and recommend the largest batch that fits with headroom.
     #[command(
-        after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet18 --input 3x112x112 --capacity 4GiB --multiple-of 8\n  vramprobe sweep --model resnet18 --input 3x112x112 --batches 1,2,4,8\n  vramprobe sweep --model resnet18 --input 3x64x64 --capacity 2GiB --strategy lightning-binsearch\n  vramprobe sweep --model vgg16 --capacity 8GiB --margin 15% --out runs/vgg16-8g"
+        after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet18 --input 3x112x112 --capacity 4GiB --multiple-of 8\n  vramprobe sweep --model resnet18 --input 3x112x112 --batches 1,2,4,8\n  vramprobe sweep --model resnet18 --input 3x64x64 --capacity 2GiB --strategy lightning-binsearch\n  vramprobe sweep --model vgg16 --capacity 8GiB --margin 15% --out runs/vgg16-8g\n  vramprobe sweep --capacity 8GiB -- python train.py --batch-size {batch}"
     )]
     Sweep(SweepArgs),
     /// List the built-in models with their default input and parameter count.
@@ -109,7 +109,7 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
     /// A workload preset (profiles/models/*.toml); options given here override it.
-    #[arg(long, required_unless_present = "model")]
+    #[arg(long, required_unless_present_any = ["model", "command"], conflicts_with = "command")]
     pub profile: Option<PathBuf>,
     /// auto (first CUDA device, else the CPU), cpu, cuda, cuda:N, or all (every
     /// GPU at once, one child per device, and the smallest batch among them).
@@ -159,6 +159,11 @@ pub struct SweepArgs {
     /// Print only the summary, not a line per trial.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Your own training command, after `--`, with {batch} where the batch
+    /// size goes: each trial runs it unmodified, measured by vramprobe's
+    /// Python hook, e.g. -- python train.py --batch-size {batch}.
+    #[arg(last = true, value_name = "COMMAND", conflicts_with = "model")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -229,7 +234,7 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
     /// The batch to check (with --model).
-    #[arg(long, requires = "model", allow_hyphen_values = true, value_parser = parse_batch)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
     pub batch: Option<u64>,
     /// auto, cpu, cuda or cuda:N [default: the plan's, or auto].
     #[arg(long, value_parser = parse_device)]
@@ -251,6 +256,10 @@ pub struct CheckArgs {
     /// Print the verdict as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Your own training command, after `--`, with {batch} where the batch
+    /// size goes (with --batch), e.g. -- python train.py --batch-size {batch}.
+    #[arg(last = true, value_name = "COMMAND", conflicts_with_all = ["model", "plan"], requires = "batch")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

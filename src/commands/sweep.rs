@@ -8,6 +8,7 @@ use crate::analyze::analysis;
 use crate::commands::cli::SweepArgs;
 use crate::error::Interrupted;
 use crate::error::UsageError;
+use crate::measure::command::{CommandRuns, UserCommand};
 use crate::measure::device::{self, CapacityLimit, Device, DeviceRequest};
 use crate::measure::environment;
 use crate::measure::model;
@@ -126,6 +127,7 @@ fn sweep_config(
         trial_timeout: Duration::from_secs(args.trial_timeout),
         capacity: args.capacity,
         limit: CapacityLimit::new(device, args.capacity)?,
+        command: None,
         margin_fraction: args.margin,
         multiple_of: args.multiple_of,
         command_line: std::env::args().collect(),
@@ -159,8 +161,49 @@ fn variant_labels(workloads: &[WorkloadConfig]) -> Vec<String> {
         .collect()
 }
 
+/// Command mode: the user's command, and the workload that labels its run
+/// (the command itself decides model, data, precision and optimizer).
+fn command_mode(args: &SweepArgs) -> Result<Option<(UserCommand, WorkloadConfig)>> {
+    if args.command.is_empty() {
+        return Ok(None);
+    }
+    let w = &args.workload;
+    let built_in_only = [
+        ("--input", w.input.is_some()),
+        ("--seq-len", w.seq_len.is_some()),
+        ("--seq-lens", args.seq_lens.is_some()),
+        ("--precision", !w.precision.is_empty()),
+        ("--mode", !w.mode.is_empty()),
+        ("--classes", w.classes.is_some()),
+        ("--optimizer", w.optimizer.is_some()),
+        ("--lr", w.lr.is_some()),
+    ];
+    if let Some((flag, _)) = built_in_only.iter().find(|(_, given)| *given) {
+        return Err(UsageError::new(format!(
+            "{flag} is for built-in models; with your own command, the command decides it"
+        ))
+        .into());
+    }
+    let command = UserCommand::new(args.command.clone())?;
+    let label = WorkloadConfig { model: command.line(), ..super::command_label_workload() };
+    Ok(Some((command, label)))
+}
+
+/// A folder name for a command's run: its script's name, else "command".
+fn command_label(command: &UserCommand) -> String {
+    command
+        .argv
+        .iter()
+        .find(|a| a.ends_with(".py") || a.ends_with(".sh"))
+        .map_or_else(|| "command".to_string(), |script| model::label(script))
+}
+
 pub fn run(args: SweepArgs) -> Result<i32> {
-    let workloads = super::sweep_workloads(&args)?;
+    let command = command_mode(&args)?;
+    let workloads = match &command {
+        Some((_, label)) => vec![label.clone()],
+        None => super::sweep_workloads(&args)?,
+    };
     if let (Some(b), Some(m)) = (&args.batches, args.max_batch) {
         if b.0.iter().any(|&x| x > m) {
             return Err(UsageError::new("--batches lists a batch above --max-batch").into());
@@ -177,7 +220,8 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         .into());
     }
     let (_, stamp) = environment::utc_now();
-    let out_dir = output::prepare_out_dir(args.out.as_deref(), &model::label(&workloads[0].model), &stamp, args.force)?;
+    let name = command.as_ref().map_or_else(|| model::label(&workloads[0].model), |(c, _)| command_label(c));
+    let out_dir = output::prepare_out_dir(args.out.as_deref(), &name, &stamp, args.force)?;
     if workloads.len() > 1 {
         let (device, note) = devices.into_iter().next().ok_or_else(|| anyhow!("no device"))?;
         return run_variants(&args, &workloads, device, note, &out_dir);
@@ -190,7 +234,15 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         }
         let dir = if devices.len() > 1 { out_dir.join(device.to_string().replace(':', "-")) } else { out_dir.clone() };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        configs.push((sweep_config(&args, workload, device, note)?, dir));
+        let mut cfg = sweep_config(&args, workload, device, note)?;
+        if let Some((c, _)) = &command {
+            let trials = dir.join("trials");
+            cfg.command = Some(
+                CommandRuns::new(c.clone(), trials.clone())
+                    .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))?,
+            );
+        }
+        configs.push((cfg, dir));
     }
     if configs.len() == 1 {
         let (cfg, dir) = &configs[0];

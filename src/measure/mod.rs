@@ -8,6 +8,7 @@
 //!
 //! May import only `units`, `interrupt` and `error`: nothing here knows
 //! about analysis, reports or the command line.
+pub mod command;
 pub mod data;
 pub mod device;
 pub mod environment;

@@ -114,6 +114,10 @@ pub enum Message {
         baseline_bytes: u64,
         device_name: String,
         device_total_bytes: Option<u64>,
+        /// The measured process (command mode: the parent reads its NVML
+        /// memory by this pid).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
     },
     Step(Box<StepRecord>),
     End {

@@ -2,14 +2,18 @@
 //! read its records as they come, enforce the timeout on its whole process
 //! group, and classify how it ended without ever confusing an OOM, an
 //! error, a signal or a hang.
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::signal_name;
+use crate::measure::device::nvml::Nvml;
 use crate::measure::record::{Message, Outcome, StepRecord, TrialResult};
 use crate::measure::trial::TrialSpec;
 use crate::units::format_input;
@@ -23,6 +27,21 @@ pub trait TrialKind {
     /// The child's command (program, arguments, environment); the runner
     /// adds the pipes and the process group.
     fn command(&self) -> Command;
+    /// Where the child appends its records: `None` for its stdout (the
+    /// built-in trial); a file for a program whose stdout is the user's.
+    fn records_file(&self) -> Option<PathBuf> {
+        None
+    }
+    /// Where the child's own stdout and stderr go; `None` keeps stderr for
+    /// the message of a trial that ends without a result.
+    fn log_file(&self) -> Option<PathBuf> {
+        None
+    }
+    /// The CUDA device whose NVML readings the parent adds to each step
+    /// record (a child that cannot read NVML itself); `None`: the child does.
+    fn nvml_device(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A built-in workload (or a TorchScript file): `vramprobe trial ...`.
@@ -123,7 +142,9 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
     };
     let mut command = kind.command();
     let program = command.get_program().to_string_lossy().into_owned();
-    let mut child = match spawn(&mut command) {
+    let records = kind.records_file();
+    let log = kind.log_file();
+    let mut child = match prepare(&mut command, records.as_deref(), log.as_deref()).and_then(|()| spawn(&mut command)) {
         Ok(c) => c,
         Err(e) => {
             result.message = Some(format!("could not start the trial process {program}: {e}"));
@@ -138,18 +159,40 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
         }
         text
     });
-    let ending = read_records(&mut child, &mut result, started + timeout, on_step);
+    let nvml = kind.nvml_device().and_then(|i| Nvml::open().ok().map(|n| (n, i)));
+    let ending = read_records(&mut child, records.as_deref(), nvml, &mut result, started + timeout, on_step);
     let status = child.wait();
-    let stderr_text = stderr_reader.join().unwrap_or_default();
+    let mut stderr_text = stderr_reader.join().unwrap_or_default();
+    if let Some(log) = &log {
+        stderr_text = std::fs::read_to_string(log).unwrap_or_default();
+    }
     result.wall_seconds = started.elapsed().as_secs_f64();
     classify(&mut result, ending, status, &stderr_text, timeout);
     result
 }
 
+/// Sends the child's output to its log file and starts its records file
+/// empty, where the kind has them.
+fn prepare(command: &mut Command, records: Option<&Path>, log: Option<&Path>) -> std::io::Result<()> {
+    if let Some(records) = records {
+        File::create(records)?;
+    }
+    match log {
+        Some(log) => {
+            let out = File::create(log)?;
+            command.stdout(out.try_clone()?).stderr(out);
+        }
+        None => {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+    }
+    Ok(())
+}
+
 /// Starts the child with piped output in its own process group (so a
 /// timeout kills everything it started), dying with its parent.
 fn spawn(command: &mut Command) -> std::io::Result<Child> {
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    command.stdin(Stdio::null()).process_group(0);
     // SAFETY: prctl is async-signal-safe. Outside the terminal's process
     // group the child would not see Ctrl-C; it dies with its parent instead.
     unsafe {
@@ -166,22 +209,35 @@ fn spawn(command: &mut Command) -> std::io::Result<Child> {
 /// group is killed).
 fn read_records(
     child: &mut Child,
+    records: Option<&Path>,
+    nvml: Option<(Nvml, usize)>,
     result: &mut TrialResult,
     deadline: Instant,
     mut on_step: impl FnMut(&StepRecord),
 ) -> Ending {
     let (tx, rx) = mpsc::channel::<String>();
-    let stdout = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        if let Some(stdout) = stdout {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
+    let exited = Arc::new(AtomicBool::new(false));
+    let reader = match records {
+        None => {
+            let stdout = child.stdout.take();
+            std::thread::spawn(move || {
+                if let Some(stdout) = stdout {
+                    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
                 }
-            }
+            })
         }
-    });
+        Some(path) => {
+            let (path, exited) = (path.to_path_buf(), Arc::clone(&exited));
+            std::thread::spawn(move || tail(&path, &exited, &tx))
+        }
+    };
     let group = child.id() as i32;
+    // Whose GPU memory NVML reports: the child, or the process it names.
+    let mut measured = child.id();
     // SAFETY: kill(2) on the child's own process group.
     let kill_group = || unsafe { libc::kill(-group, libc::SIGKILL) };
     let mut reported = None;
@@ -194,7 +250,15 @@ fn read_records(
         // Wake up often enough to notice Ctrl-C or SIGTERM.
         match rx.recv_timeout(left.min(Duration::from_millis(100))) {
             Ok(line) => match serde_json::from_str::<Message>(&line) {
-                Ok(Message::Start { parameters, parameter_bytes, baseline_bytes, device_name, device_total_bytes }) => {
+                Ok(Message::Start {
+                    parameters,
+                    parameter_bytes,
+                    baseline_bytes,
+                    device_name,
+                    device_total_bytes,
+                    pid,
+                }) => {
+                    measured = pid.unwrap_or(measured);
                     result.parameters = Some(parameters);
                     result.parameter_bytes = Some(parameter_bytes);
                     result.baseline_bytes = Some(baseline_bytes);
@@ -203,6 +267,9 @@ fn read_records(
                 }
                 Ok(Message::Step(mut rec)) => {
                     rec.trial = result.trial;
+                    if let Some((nvml, index)) = &nvml {
+                        rec.set_nvml(nvml.read_for(*index, measured));
+                    }
                     on_step(&rec);
                     result.steps.push(*rec);
                 }
@@ -212,7 +279,12 @@ fn read_records(
                 // Anything else on stdout (a library printing) is not ours.
                 Err(_) => {}
             },
-            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                // A records file has no end of its own: the child's exit is.
+                if records.is_some() && matches!(child.try_wait(), Ok(Some(_))) {
+                    exited.store(true, Ordering::SeqCst);
+                }
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 kill_group();
                 break Ending::TimedOut;
@@ -220,8 +292,33 @@ fn read_records(
             Err(mpsc::RecvTimeoutError::Disconnected) => break reported.take().unwrap_or(Ending::Closed),
         }
     };
+    exited.store(true, Ordering::SeqCst);
     let _ = reader.join();
     ending
+}
+
+/// Follows a records file, sending each complete line, until `exited` is
+/// set and everything written has been read.
+fn tail(path: &Path, exited: &AtomicBool, tx: &mpsc::Sender<String>) {
+    let Ok(file) = File::open(path) else { return };
+    let mut reader = BufReader::new(file);
+    let mut partial = String::new();
+    loop {
+        let done = exited.load(Ordering::SeqCst);
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) if done => return,
+            Ok(0) | Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Ok(_) if line.ends_with('\n') => {
+                partial.push_str(&line);
+                if tx.send(std::mem::take(&mut partial).trim_end().to_string()).is_err() {
+                    return;
+                }
+            }
+            // Half a line: the rest is still being written.
+            Ok(_) => partial.push_str(&line),
+        }
+    }
 }
 
 /// Sets the outcome and message from how the trial ended.

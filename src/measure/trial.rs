@@ -62,6 +62,7 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             baseline_bytes: meter.current_bytes(),
             device_name,
             device_total_bytes,
+            pid: None,
         },
     )?;
     // TEST-ONLY: faults the fault-matrix tests inject (see crate::measure::fault).

@@ -132,6 +132,24 @@ pub struct PlanRow {
 /// The columns every plan row takes from the run: the workload, the budget
 /// and the memory line.
 fn run_columns(report: &Report, a: &Analysis) -> PlanRow {
+    let row = workload_columns(report, a);
+    match &report.command {
+        // The command decides its model, input, precision and optimizer: the
+        // row names the command and leaves those empty.
+        Some(command) => PlanRow {
+            model: command.line(),
+            input: String::new(),
+            classes: 0,
+            mode: String::new(),
+            precision: String::new(),
+            optimizer: String::new(),
+            ..row
+        },
+        None => row,
+    }
+}
+
+fn workload_columns(report: &Report, a: &Analysis) -> PlanRow {
     PlanRow {
         schema_version: PLAN_SCHEMA_VERSION,
         model: report.workload.model.clone(),

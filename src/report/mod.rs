@@ -20,6 +20,7 @@ pub mod train_log;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::{Analysis, SeqSummary};
+use crate::measure::command::UserCommand;
 use crate::measure::device::Device;
 use crate::measure::environment::Environment;
 use crate::measure::record::TrialResult;
@@ -59,6 +60,10 @@ pub struct Report {
     pub started_at: String,
     pub environment: Environment,
     pub workload: WorkloadConfig,
+    /// Command mode: the user's command, which the trials ran (the workload
+    /// is then only a label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<UserCommand>,
     pub device: Device,
     pub device_name: Option<String>,
     pub steps_per_trial: u32,

@@ -28,6 +28,15 @@ fn right_align(t: &mut Table, from: usize) {
 
 /// The first line of a summary: what was measured, where.
 pub fn headline(report: &Report) -> String {
+    if let Some(command) = &report.command {
+        return format!(
+            "your command `{}` on {} ({}), {} steps per trial",
+            command.line(),
+            report.device,
+            report.device_name.as_deref().unwrap_or("?"),
+            report.steps_per_trial
+        );
+    }
     format!(
         "{} {} x{} classes, {} {} {} on {} ({}), {} steps per trial",
         report.workload.model,

@@ -16,6 +16,7 @@ use crate::analyze::fit::Budget;
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
+use crate::measure::command::CommandRuns;
 use crate::measure::device::{CapacityLimit, Device};
 use crate::measure::environment;
 use crate::measure::record::StepRecord;
@@ -50,6 +51,8 @@ pub struct SweepConfig {
     pub capacity: Option<u64>,
     /// On CUDA with `--capacity`: the allocator fraction that emulates it.
     pub limit: CapacityLimit,
+    /// Command mode: the user's command instead of the built-in workload.
+    pub command: Option<CommandRuns>,
     pub margin_fraction: f64,
     pub multiple_of: u64,
     pub command_line: Vec<String>,
@@ -120,7 +123,14 @@ impl Sweep<'_> {
             limit: self.cfg.limit,
         };
         let sink = &mut *self.sink;
-        let result = runner::run_trial(&self.cfg.exe, trial, &spec, self.cfg.trial_timeout, |s| sink.step_done(s));
+        let timeout = self.cfg.trial_timeout;
+        let result = match &self.cfg.command {
+            None => runner::run_trial(&self.cfg.exe, trial, &spec, timeout, |s| sink.step_done(s)),
+            Some(runs) => {
+                let kind = runs.trial(trial, batch, spec.steps, spec.device, spec.limit)?;
+                runner::run(&kind, trial, timeout, |s| sink.step_done(s))
+            }
+        };
         self.sink.trial_done(&result);
         if self.report.device_name.is_none() {
             self.report.device_name = result.device_name.clone();
@@ -211,6 +221,7 @@ pub fn run(cfg: &SweepConfig, sink: &mut dyn Sink) -> Result<Report> {
         started_at,
         environment: environment::capture(),
         workload: cfg.workload.clone(),
+        command: cfg.command.as_ref().map(|c| c.command.clone()),
         device: cfg.device,
         device_name: None,
         steps_per_trial: cfg.steps,

@@ -52,13 +52,18 @@ impl Nvml {
 
     /// Samples device `index`. The CUDA index is taken as the NVML index,
     /// which holds unless CUDA_VISIBLE_DEVICES reorders devices.
+    /// The device's readings, with this process's own memory.
     pub fn read(&self, index: usize) -> NvmlReading {
+        self.read_for(index, std::process::id())
+    }
+
+    /// The device's readings, with the memory of process `pid` on it.
+    pub fn read_for(&self, index: usize, pid: u32) -> NvmlReading {
         let Ok(device) = self.0.device_by_index(index as u32) else {
             return NvmlReading::default();
         };
         let memory = device.memory_info().ok();
         let utilization = device.utilization_rates().ok();
-        let pid = std::process::id();
         let process_used_bytes = device.running_compute_processes().ok().and_then(|procs| {
             procs.iter().find(|p| p.pid == pid).and_then(|p| match p.used_gpu_memory {
                 UsedGpuMemory::Used(bytes) => Some(bytes),

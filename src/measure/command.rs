@@ -1,0 +1,217 @@
+//! Command mode: the user's own, unmodified training command as a trial
+//! kind. Each trial runs the command with `{batch}` substituted, in its own
+//! process group, with vramprobe's Python hook first on `PYTHONPATH` (as
+//! `sitecustomize`, chaining to any existing one). The hook writes the same
+//! trial records as the built-in trial, to a records file in the trial's
+//! folder; the command's own stdout and stderr go to a log beside it.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::UsageError;
+use crate::measure::device::{CapacityLimit, Device};
+use crate::measure::runner::TrialKind;
+
+/// The hook, embedded in the binary and written to the cache on first use.
+const HOOK_FILES: [(&str, &str); 2] = [
+    ("sitecustomize.py", include_str!("hook/sitecustomize.py")),
+    ("vramprobe_hook.py", include_str!("hook/vramprobe_hook.py")),
+];
+
+/// The placeholder a command must contain.
+pub const BATCH: &str = "{batch}";
+
+/// The user's command, as given after `--`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserCommand {
+    pub argv: Vec<String>,
+}
+
+impl UserCommand {
+    /// Accepts a command that says where the batch size goes.
+    pub fn new(argv: Vec<String>) -> Result<UserCommand, UsageError> {
+        if argv.is_empty() {
+            return Err(UsageError::new("give the training command after --"));
+        }
+        if !argv.iter().any(|a| a.contains(BATCH)) {
+            return Err(UsageError::new(format!(
+                "the command has no {BATCH}: put it where the batch size goes, e.g. \
+                 vramprobe sweep -- {} --batch-size {BATCH}",
+                argv.join(" ")
+            )));
+        }
+        Ok(UserCommand { argv })
+    }
+
+    /// The command as one line, for tables and reports.
+    pub fn line(&self) -> String {
+        self.argv.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
+    }
+
+    /// The argv for one batch.
+    pub fn for_batch(&self, batch: u64) -> Vec<String> {
+        self.argv.iter().map(|a| a.replace(BATCH, &batch.to_string())).collect()
+    }
+}
+
+/// A word as a shell would need it to read it back.
+fn quoted(word: &str) -> String {
+    let plain = !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%{}".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Writes the hook into `cache` (once per version of its text) and returns
+/// the folder to put first on `PYTHONPATH`.
+pub fn install_hook(cache: &Path) -> std::io::Result<PathBuf> {
+    let digest = HOOK_FILES.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, (_, text)| {
+        text.bytes().fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    });
+    let dir = cache.join(format!("hook-{digest:016x}"));
+    for (name, text) in HOOK_FILES {
+        let path = dir.join(name);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+            std::fs::create_dir_all(&dir)?;
+            let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, &path)?;
+        }
+    }
+    Ok(dir)
+}
+
+/// vramprobe's cache folder: `VRAMPROBE_CACHE`, else `~/.cache/vramprobe`.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("VRAMPROBE_CACHE") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("HOME").map_or_else(std::env::temp_dir, PathBuf::from).join(".cache/vramprobe"),
+    }
+}
+
+/// Where a sweep's or check's command trials run: the command, the folder
+/// their trial folders go in, and the installed hook.
+#[derive(Debug, Clone)]
+pub struct CommandRuns {
+    pub command: UserCommand,
+    pub trials_dir: PathBuf,
+    pub hook_dir: PathBuf,
+}
+
+impl CommandRuns {
+    /// Installs the hook and claims `trials_dir`.
+    pub fn new(command: UserCommand, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
+        std::fs::create_dir_all(&trials_dir)?;
+        Ok(CommandRuns { command, trials_dir, hook_dir: install_hook(&cache_dir())? })
+    }
+
+    /// Trial `n`, in its own folder `NNN-batch-B`.
+    pub fn trial(
+        &self,
+        n: u32,
+        batch: u64,
+        steps: u32,
+        device: Device,
+        limit: CapacityLimit,
+    ) -> std::io::Result<CommandTrial<'_>> {
+        let dir = self.trials_dir.join(format!("{n:03}-batch-{batch}"));
+        std::fs::create_dir_all(&dir)?;
+        Ok(CommandTrial { command: &self.command, batch, steps, device, limit, dir, hook_dir: &self.hook_dir })
+    }
+}
+
+/// One trial of the user's command.
+pub struct CommandTrial<'a> {
+    pub command: &'a UserCommand,
+    pub batch: u64,
+    pub steps: u32,
+    pub device: Device,
+    pub limit: CapacityLimit,
+    /// The trial's folder: records.jsonl and output.log.
+    pub dir: PathBuf,
+    /// The installed hook (see [`install_hook`]).
+    pub hook_dir: &'a Path,
+}
+
+impl TrialKind for CommandTrial<'_> {
+    fn batch(&self) -> u64 {
+        self.batch
+    }
+
+    fn command(&self) -> Command {
+        let argv = self.command.for_batch(self.batch);
+        let mut command = Command::new(&argv[0]);
+        command.args(&argv[1..]);
+        let python_path = match std::env::var_os("PYTHONPATH") {
+            Some(old) if !old.is_empty() => {
+                let mut joined = self.hook_dir.as_os_str().to_owned();
+                joined.push(":");
+                joined.push(old);
+                joined
+            }
+            _ => self.hook_dir.as_os_str().to_owned(),
+        };
+        command
+            .env("PYTHONPATH", python_path)
+            .env("VRAMPROBE_RECORDS", self.dir.join("records.jsonl"))
+            .env("VRAMPROBE_BATCH", self.batch.to_string())
+            .env("VRAMPROBE_STEPS", self.steps.to_string())
+            .env("VRAMPROBE_DEVICE", self.device.to_string())
+            // A vramprobe run inside a measured program measures afresh.
+            .env_remove("VRAMPROBE_HOOK_PID");
+        if let Some(fraction) = self.limit.cuda_fraction {
+            let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
+            command.env(
+                "PYTORCH_CUDA_ALLOC_CONF",
+                crate::measure::device::cuda::alloc_conf_with_fraction(existing.as_deref(), fraction),
+            );
+        }
+        command
+    }
+
+    fn records_file(&self) -> Option<PathBuf> {
+        Some(self.dir.join("records.jsonl"))
+    }
+
+    fn log_file(&self) -> Option<PathBuf> {
+        Some(self.dir.join("output.log"))
+    }
+
+    fn nvml_device(&self) -> Option<usize> {
+        match self.device {
+            Device::Cuda(i) => Some(i),
+            Device::Cpu => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_needs_the_batch_placeholder() {
+        let err = UserCommand::new(vec!["python".into(), "train.py".into()]).unwrap_err().to_string();
+        assert!(err.contains("has no {batch}") && err.contains("python train.py --batch-size {batch}"), "{err}");
+        assert!(UserCommand::new(vec![]).is_err());
+        let c = UserCommand::new(vec!["python".into(), "train.py".into(), "--batch-size={batch}".into()]).unwrap();
+        assert_eq!(c.for_batch(64), ["python", "train.py", "--batch-size=64"]);
+    }
+
+    #[test]
+    fn the_line_reads_back_in_a_shell() {
+        let c = UserCommand::new(vec!["python".into(), "my train.py".into(), "--bs".into(), "{batch}".into()]).unwrap();
+        assert_eq!(c.line(), "python 'my train.py' --bs {batch}");
+    }
+
+    #[test]
+    fn the_hook_is_written_once_per_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let hook = install_hook(dir.path()).unwrap();
+        assert!(hook.join("sitecustomize.py").is_file() && hook.join("vramprobe_hook.py").is_file());
+        assert_eq!(install_hook(dir.path()).unwrap(), hook);
+    }
+}

@@ -1,0 +1,305 @@
+"""vramprobe's measuring hook for an unmodified training script (command mode).
+
+vramprobe runs the user's command once per trial with this module armed
+(through sitecustomize). Nothing happens until the script imports torch;
+then, in that one process only (DataLoader workers and other subprocesses
+stay inert), it:
+
+- counts optimizer steps with torch's global step post-hook, so any loop
+  that calls `optimizer.step()` (AMP's `GradScaler.step` too) is measured;
+  `vramprobe_hook.step()` marks a step by hand for custom updates or
+  inference loops;
+- measures each step's memory: on CUDA the caching allocator's peak and
+  current bytes (reset after each step); on the CPU the exact tensor bytes
+  from the profiler's memory events;
+- writes vramprobe's trial records (JSON lines) to the file the parent names
+  in VRAMPROBE_RECORDS, never to the script's stdout;
+- stops the program once the trial's steps have run, and classifies an
+  uncaught out-of-memory error (a trial that does not fit) apart from any
+  other exception (the script's own error).
+
+Needs torch >= 2.0 (for `register_optimizer_step_post_hook`).
+"""
+import atexit
+import json
+import os
+import sys
+import time
+
+_state = {
+    "armed": False,
+    "active": False,
+    "steps": 0,
+    "done": False,
+    "profiler": None,
+    "step_seconds": [],
+    "rss": [],
+    "last": None,
+    "started": False,
+}
+
+
+def _env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _emit(record):
+    path = os.environ.get("VRAMPROBE_RECORDS")
+    if not path or not _state["active"]:
+        return
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+
+
+def _deactivate():
+    _state["active"] = False
+
+
+def arm():
+    """Waits for torch: the measuring starts when the script imports it."""
+    if _state["armed"]:
+        return
+    owner = os.environ.get("VRAMPROBE_HOOK_PID")
+    if owner and owner != str(os.getpid()):
+        return  # a subprocess of the measured program: inert
+    _state["armed"] = True
+    if "torch" in sys.modules:
+        _on_torch(sys.modules["torch"])
+        return
+    sys.meta_path.insert(0, _TorchFinder())
+
+
+class _TorchFinder:
+    """Calls _on_torch once torch has been imported, whoever imports it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            _on_torch(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _device():
+    return os.environ.get("VRAMPROBE_DEVICE", "cpu")
+
+
+def _on_torch(torch):
+    # The measured process: its subprocesses see the claim and stay inert,
+    # and forked ones (DataLoader workers) drop out at the fork.
+    os.environ["VRAMPROBE_HOOK_PID"] = str(os.getpid())
+    _state["active"] = True
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_deactivate)
+    import importlib
+
+    try:
+        optimizer = importlib.import_module("torch.optim.optimizer")
+    except ImportError:
+        optimizer = None
+    register = getattr(optimizer, "register_optimizer_step_post_hook", None)
+    if register is None:
+        _end("error", f"torch {torch.__version__} has no optimizer step hook: vramprobe needs torch >= 2.0", 1)
+        os._exit(1)
+    register(lambda opt, args, kwargs: step(opt))
+    sys.excepthook = _excepthook(sys.excepthook)
+    atexit.register(_at_exit)
+    if not _device().startswith("cuda"):
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        prof.__enter__()
+        _state["profiler"] = prof
+    _state["last"] = time.perf_counter()
+    # The device now; the parameters once the first step shows the optimizer.
+    _start(torch, None)
+
+
+def _start(torch, opt):
+    params = []
+    if opt is not None:
+        for group in opt.param_groups:
+            params.extend(group["params"])
+    device = _device()
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        props = torch.cuda.get_device_properties(index)
+        name, total = props.name, props.total_memory
+    else:
+        name, total = "CPU", _mem_total()
+    _emit(
+        {
+            "kind": "start",
+            "parameters": sum(p.numel() for p in params),
+            "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
+            "baseline_bytes": 0,
+            "device_name": name,
+            "device_total_bytes": total,
+            "pid": os.getpid(),
+        }
+    )
+
+
+def _peak_rss():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _mem_total():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def step(optimizer=None):
+    """Marks the end of one training step (called by the optimizer hook; call
+    it yourself for an update that does not use torch.optim)."""
+    if not _state["active"] or _state["done"]:
+        return
+    torch = sys.modules["torch"]
+    if not _state["started"]:
+        _state["started"] = True
+        _start(torch, optimizer)
+    now = time.perf_counter()
+    _state["step_seconds"].append(now - _state["last"])
+    _state["last"] = now
+    _state["steps"] += 1
+    n = _state["steps"]
+    batch = _env_int("VRAMPROBE_BATCH", 0)
+    if _state["profiler"] is None:
+        seconds = _state["step_seconds"][-1]
+        _emit(
+            _step_record(
+                n,
+                batch,
+                seconds,
+                torch.cuda.memory_allocated(),
+                torch.cuda.max_memory_allocated(),
+                torch.cuda.memory_reserved(),
+                torch.cuda.max_memory_reserved(),
+            )
+        )
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        with torch.profiler.record_function(f"vramprobe_step_{n}"):
+            pass
+        _state["rss"].append(_peak_rss())
+    if n >= _env_int("VRAMPROBE_STEPS", 3):
+        _finish("fits", None, None)
+        os._exit(0)
+
+
+def _step_record(n, batch, seconds, allocated, peak, reserved=None, peak_reserved=None):
+    return {
+        "kind": "step",
+        "step": n,
+        "batch": batch,
+        "step_seconds": seconds,
+        "data_seconds": 0.0,
+        "forward_seconds": 0.0,
+        "backward_seconds": 0.0,
+        "optimizer_seconds": 0.0,
+        "samples_per_second": batch / seconds if seconds > 0 else 0.0,
+        "allocated_bytes": allocated,
+        "peak_allocated_bytes": peak,
+        "reserved_bytes": reserved,
+        "peak_reserved_bytes": peak_reserved,
+    }
+
+
+def _cpu_steps():
+    """Per-step peak and current tensor bytes from the profiler's memory
+    events, split at the step markers."""
+    prof = _state["profiler"]
+    _state["profiler"] = None
+    prof.__exit__(None, None, None)
+    events = prof.profiler.kineto_results.events()
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    marks = sorted(e.start_ns() for e in events if e.name().startswith("vramprobe_step_"))
+    records, held, i = [], 0, 0
+    batch = _env_int("VRAMPROBE_BATCH", 0)
+    for n, mark in enumerate(marks, start=1):
+        peak = held
+        while i < len(memory) and memory[i][0] <= mark:
+            held += memory[i][1]
+            peak = max(peak, held)
+            i += 1
+        seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
+        record = _step_record(n, batch, seconds, held, peak)
+        if n - 1 < len(_state["rss"]):
+            # The process's peak resident memory: with the tensors' peak, what
+            # lies outside PyTorch (the interpreter, libraries).
+            record["host_peak_rss_bytes"] = _state["rss"][n - 1]
+        records.append(record)
+    return records
+
+
+def _finish(outcome, message, failed_step):
+    if _state["done"]:
+        return
+    _state["done"] = True
+    if _state["profiler"] is not None:
+        for record in _cpu_steps():
+            _emit(record)
+    _end(outcome, message, failed_step)
+
+
+def _end(outcome, message, failed_step):
+    _emit({"kind": "end", "outcome": outcome, "message": message, "failed_step": failed_step})
+
+
+def _is_oom(e):
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(e, oom_type):
+        return True
+    text = str(e)
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+def _excepthook(previous):
+    def hook(kind, value, tb):
+        if _state["active"] and not _state["done"]:
+            first = str(value).strip().splitlines()[0] if str(value).strip() else ""
+            what = f"{kind.__name__}: {first}" if first else kind.__name__
+            failed = _state["steps"] + 1
+            if _is_oom(value):
+                _finish("oom", f"out of memory in the command at step {failed}: {what}", failed)
+            else:
+                _finish("error", f"the command failed at step {failed}: {what}", failed)
+        previous(kind, value, tb)
+
+    return hook
+
+
+def _at_exit():
+    if not _state["active"] or _state["done"]:
+        return
+    n = _state["steps"]
+    if n == 0:
+        _finish("error", "the command ended without an optimizer step (call vramprobe_hook.step() in a custom loop)", 1)
+    else:
+        _finish("fits", f"the command ended after {n} of {_env_int('VRAMPROBE_STEPS', 3)} steps: those are measured", None)
