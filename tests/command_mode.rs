@@ -1,0 +1,132 @@
+//! Command mode: the user's own, unmodified training script, measured by
+//! vramprobe's Python hook. Runs the example script under the cached torch
+//! (with torchvision beside it, which ./scripts/test installs); where they
+//! are missing the tests are counted as skipped.
+use std::path::{Path, PathBuf};
+
+use common::{vramprobe, DEFAULT_MARGIN};
+use vramprobe::analyze::fit::LinearFit;
+use vramprobe::report::csv::{PlanRow, SweepRow};
+
+mod common;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_resnet18.py");
+
+/// The cached torch's python, where it has torchvision; None (a recorded skip) otherwise.
+fn python(test: &str) -> Option<String> {
+    let Ok(libtorch) = std::env::var("LIBTORCH") else {
+        common::skip(test, "LIBTORCH is not set (run through ./scripts/test, which sets it)");
+        return None;
+    };
+    let python = PathBuf::from(libtorch).join("../../../../bin/python");
+    let ok = std::process::Command::new(&python).args(["-c", "import torchvision"]).status();
+    if !ok.is_ok_and(|s| s.success()) {
+        common::skip(test, "torchvision is not installed next to the cached torch (./scripts/test installs it)");
+        return None;
+    }
+    Some(python.to_string_lossy().into_owned())
+}
+
+fn example(python: &str) -> Vec<String> {
+    [python, EXAMPLE, "--batch-size", "{batch}"].map(String::from).to_vec()
+}
+
+fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
+    csv::Reader::from_path(path).unwrap().deserialize().collect::<Result<_, _>>().unwrap()
+}
+
+/// A sweep of the example command; its trials and plan row.
+fn sweep(out: &Path, options: &[&str], command: &[String]) -> (Vec<SweepRow>, PlanRow) {
+    let run = vramprobe()
+        .args(["sweep", "--device", "cpu", "--quiet", "--out"])
+        .arg(out)
+        .args(options)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    (read_csv(&out.join("sweep.csv")), read_csv::<PlanRow>(&out.join("plan.csv")).remove(0))
+}
+
+#[test]
+fn a_plain_script_peaks_as_the_built_in_model_does() {
+    let Some(python) = python("a_plain_script_peaks_as_the_built_in_model_does") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "8,16"], &example(&python));
+    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
+    assert!(plan.model.contains("train_resnet18.py --batch-size {batch}"), "the plan names the command: {plan:?}");
+    // The same training step (torchvision's resnet18, SGD with momentum) as
+    // vramprobe's own op-for-op resnet18, measured on this machine.
+    let built_in =
+        ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd", "--device", "cpu"];
+    for t in &trials {
+        let theirs = t.peak_allocated_bytes.unwrap() as f64;
+        let ours = common::trial_peak_at(&built_in, t.batch) as f64;
+        assert!((theirs / ours - 1.0).abs() < 0.001, "batch {}: script {theirs}, built-in {ours}", t.batch);
+    }
+    // Every trial kept the script's own output and the hook's records.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("run/report.json")).unwrap()).unwrap();
+    assert_eq!(report["command"]["argv"][1], EXAMPLE);
+    let log = std::fs::read_to_string(dir.path().join("run/trials/001-batch-8/output.log")).unwrap();
+    assert!(log.contains("step 0 loss"), "{log}");
+}
+
+#[test]
+fn the_search_over_a_command_equals_an_exhaustive_scan() {
+    let Some(python) = python("the_search_over_a_command_equals_an_exhaustive_scan") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // 64x64 images: at 32x32 torchvision's batch norm refuses batch 1 (one
+    // value per channel), which is the script's own error, tested below.
+    let command = [example(&python), vec!["--image-size".into(), "64".into()]].concat();
+    // The command's own memory line on this machine, and a capacity from it.
+    let (trials, _) = sweep(&dir.path().join("line"), &["--batches", "4,8"], &command);
+    let points: Vec<(u64, u64)> = trials.iter().map(|t| (t.batch, t.peak_allocated_bytes.unwrap())).collect();
+    let capacity = LinearFit::fit(&points).unwrap().capacity_for_max(12, DEFAULT_MARGIN).to_string();
+    let every: Vec<String> = (1..=30).map(|b| b.to_string()).collect();
+    let (_, scan) =
+        sweep(&dir.path().join("scan"), &["--capacity", &capacity, "--batches", &every.join(",")], &command);
+    assert!(scan.exact && (6..=24).contains(&scan.max_batch), "scan: {scan:?}");
+    let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity], &command);
+    assert_eq!((search.max_batch, search.exact, search.strategy.as_str()), (scan.max_batch, true, "vramprobe"));
+    assert!(search.recommended_verified);
+}
+
+#[test]
+fn a_commands_own_error_is_not_an_oom_and_an_oom_does_not_fit() {
+    let Some(python) = python("a_commands_own_error_is_not_an_oom_and_an_oom_does_not_fit") else { return };
+    let check = |code: &str| {
+        vramprobe().args(["check", "--device", "cpu", "--batch", "4", "--", &python, "-c", code]).output().unwrap()
+    };
+    let user_error = check("import torch; raise ValueError('bad config at batch {batch}')");
+    let stderr = String::from_utf8_lossy(&user_error.stderr);
+    assert_eq!(user_error.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the command failed at step 1: ValueError: bad config at batch 4"), "{stderr}");
+    assert!(!stderr.contains("out of memory"), "{stderr}");
+
+    // 10^15 floats: the CPU allocator refuses, as a GPU's would run out.
+    let oom = check("import torch; x = torch.empty(10**15 + {batch})");
+    let stdout = String::from_utf8_lossy(&oom.stdout);
+    assert_eq!(oom.status.code(), Some(3), "{stdout}{}", String::from_utf8_lossy(&oom.stderr));
+    assert!(stdout.starts_with("WON'T FIT:") && stdout.contains("out of memory in the command"), "{stdout}");
+
+    let no_step = check("import torch; print({batch})");
+    let stderr = String::from_utf8_lossy(&no_step.stderr);
+    assert_eq!(no_step.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("without an optimizer step"), "{stderr}");
+}
+
+#[test]
+fn a_command_without_the_batch_placeholder_is_refused() {
+    let out = vramprobe().args(["sweep", "--device", "cpu", "--", "python", "train.py"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no {batch}") && stderr.contains("python train.py --batch-size {batch}"), "{stderr}");
+    let both = vramprobe().args(["sweep", "--model", "resnet18", "--", "python", "t.py", "{batch}"]).output().unwrap();
+    assert_eq!(both.status.code(), Some(2));
+    let built_in_flag =
+        vramprobe().args(["sweep", "--precision", "bf16", "--", "python", "t.py", "{batch}"]).output().unwrap();
+    assert_eq!(built_in_flag.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&built_in_flag.stderr).contains("--precision is for built-in models"));
+}
