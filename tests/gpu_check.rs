@@ -31,6 +31,7 @@ fn the_gpu_check_script_dry_runs_on_the_cpu() {
         "| check-recommended | 0 | ok",
         "| check-twice | 3 | ok",
         "| train-backoff | 0 | ok",
+        "| sweep-command | 0 | ok",
     ] {
         assert!(summary.contains(step), "missing '{step}' in:\n{summary}");
     }
