@@ -130,3 +130,36 @@ fn a_command_without_the_batch_placeholder_is_refused() {
     assert_eq!(built_in_flag.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&built_in_flag.stderr).contains("--precision is for built-in models"));
 }
+
+#[test]
+fn dataloader_workers_stay_outside_the_measurement() {
+    let Some(python) = python("dataloader_workers_stay_outside_the_measurement") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let command = [example(&python), vec!["--workers".into(), "2".into()]].concat();
+    let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "4,8"], &command);
+    // Each trial's records came from the training process alone: three
+    // steps, numbered once, though two worker processes ran beside it.
+    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
+    let steps: Vec<vramprobe::measure::record::StepRecord> = read_csv(&dir.path().join("run/steps.csv"));
+    assert_eq!(steps.iter().map(|s| s.step).collect::<Vec<_>>(), [1, 2, 3, 1, 2, 3]);
+    assert!(plan.per_sample_bytes.unwrap() > 0);
+}
+
+#[test]
+fn a_torch_without_the_step_hook_gets_a_clear_error() {
+    let Some(python) = python("a_torch_without_the_step_hook_gets_a_clear_error") else { return };
+    // A stand-in torch package, as old as 1.13: no global optimizer step hook.
+    let fake = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(fake.path().join("torch/optim")).unwrap();
+    std::fs::write(fake.path().join("torch/__init__.py"), "__version__ = '1.13.0'\nfrom . import optim\n").unwrap();
+    std::fs::write(fake.path().join("torch/optim/__init__.py"), "").unwrap();
+    std::fs::write(fake.path().join("torch/optim/optimizer.py"), "").unwrap();
+    let out = vramprobe()
+        .env("PYTHONPATH", fake.path())
+        .args(["check", "--device", "cpu", "--batch", "4", "--", &python, "-c", "import torch; print({batch})"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("torch 1.13.0 has no optimizer step hook: vramprobe needs torch >= 2.0"), "{stderr}");
+}

@@ -81,6 +81,13 @@ pub fn install_hook(cache: &Path) -> std::io::Result<PathBuf> {
             std::fs::rename(&tmp, &path)?;
         }
     }
+    // Earlier versions of the hook are not used again.
+    for entry in std::fs::read_dir(cache).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("hook-") && entry.path() != dir {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
     Ok(dir)
 }
 
