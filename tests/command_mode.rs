@@ -163,3 +163,16 @@ fn a_torch_without_the_step_hook_gets_a_clear_error() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("torch 1.13.0 has no optimizer step hook: vramprobe needs torch >= 2.0"), "{stderr}");
 }
+
+#[test]
+fn an_autocast_loop_with_a_grad_scaler_is_measured_step_by_step() {
+    let Some(python) = python("an_autocast_loop_with_a_grad_scaler_is_measured_step_by_step") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // GradScaler.step calls optimizer.step: the hook counts it. bf16 autocast
+    // keeps activations in half the bytes, so per sample it holds less.
+    let (_, plain) = sweep(&dir.path().join("fp32"), &["--batches", "4,8"], &example(&python));
+    let command = [example(&python), vec!["--amp".into(), "bf16".into()]].concat();
+    let (trials, amp) = sweep(&dir.path().join("amp"), &["--batches", "4,8"], &command);
+    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
+    assert!(amp.per_sample_bytes.unwrap() < plain.per_sample_bytes.unwrap(), "{amp:?} {plain:?}");
+}
