@@ -175,7 +175,10 @@ pub fn run(args: CheckArgs) -> Result<i32> {
             let runs = CommandRuns::new(command, scratch.clone()).context("preparing vramprobe's Python hook")?;
             let kind = runs.trial(1, batch, spec.steps, device, spec.limit).context("preparing the check's trial")?;
             let trial = runner::run(&kind, 1, timeout, |_| {});
-            let _ = std::fs::remove_dir_all(&scratch);
+            // A failed command's output stays for the user to read.
+            if matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
+                let _ = std::fs::remove_dir_all(&scratch);
+            }
             trial
         }
     };

@@ -169,6 +169,10 @@ impl TrialKind for CommandTrial<'_> {
             .env("VRAMPROBE_DEVICE", self.device.to_string())
             // A vramprobe run inside a measured program measures afresh.
             .env_remove("VRAMPROBE_HOOK_PID");
+        // The CPU profiler's own chatter stays out of the user's log.
+        if std::env::var_os("KINETO_LOG_LEVEL").is_none() {
+            command.env("KINETO_LOG_LEVEL", "5");
+        }
         if let Some(fraction) = self.limit.cuda_fraction {
             let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
             command.env(

@@ -168,6 +168,14 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
     }
     result.wall_seconds = started.elapsed().as_secs_f64();
     classify(&mut result, ending, status, &stderr_text, timeout);
+    if let (Some(log), Outcome::Error | Outcome::Killed | Outcome::Timeout) = (&log, result.outcome) {
+        if result.outcome == Outcome::Timeout && result.steps.is_empty() {
+            let note = "no training step was seen: does the command call optimizer.step() (or vramprobe_hook.step())?";
+            result.message = result.message.map(|m| format!("{m}; {note}"));
+        }
+        // The user's own output says why: point at it.
+        result.message = result.message.map(|m| format!("{m} (its output: {})", log.display()));
+    }
     result
 }
 
@@ -356,6 +364,11 @@ fn classify(
     }
 }
 
+/// A line the CPU profiler (kineto) prints by itself, whatever its log level.
+fn is_profiler_noise(line: &str) -> bool {
+    ["USDT:", "STAGE:"].iter().any(|p| line.starts_with(p)) || line.contains("gpuGetDeviceCount failed")
+}
+
 /// A child that ended without its end record: killed, or exited early.
 fn unreported(status: std::io::Result<ExitStatus>, stderr: &str) -> (Outcome, Option<String>) {
     match status {
@@ -365,7 +378,7 @@ fn unreported(status: std::io::Result<ExitStatus>, stderr: &str) -> (Outcome, Op
             (Outcome::Killed, Some(format!("the trial process was killed by {} ({sig}){hint}", signal_name(sig))))
         }
         Ok(s) => {
-            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty() && !is_profiler_noise(l)).collect();
             let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
             let message = format!(
                 "the trial process exited with {} before reporting a result{}",
