@@ -176,3 +176,36 @@ fn an_autocast_loop_with_a_grad_scaler_is_measured_step_by_step() {
     assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
     assert!(amp.per_sample_bytes.unwrap() < plain.per_sample_bytes.unwrap(), "{amp:?} {plain:?}");
 }
+
+#[test]
+fn exec_runs_the_job_at_the_plans_batch_and_accumulation() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.csv");
+    // A command-mode row names its command in the model column.
+    std::fs::write(
+        &plan,
+        "schema_version,model,input,classes,device,optimizer,recommended_batch\n2,echo batch {batch},,0,cpu,,32\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| vramprobe().args(["exec", "--plan"]).arg(&plan).args(extra).output().unwrap();
+    let own = run(&[]);
+    assert_eq!(String::from_utf8_lossy(&own.stdout), "batch 32\n", "{}", String::from_utf8_lossy(&own.stderr));
+    let accumulated =
+        run(&["--target-batch", "96", "--", "echo", "{batch}", "x", "{accumulation}", "=", "{target_batch}"]);
+    assert_eq!(String::from_utf8_lossy(&accumulated.stdout), "32 x 3 = 96\n");
+    // The job's own exit code is exec's.
+    assert_eq!(run(&["--", "sh", "-c", "exit 7 # {batch}"]).status.code(), Some(7));
+    // check runs the row's command; train cannot train a command.
+    let train = vramprobe().args(["train", "--plan"]).arg(&plan).output().unwrap();
+    assert_eq!(train.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&train.stderr).contains("vramprobe exec --plan"));
+    let built_in = dir.path().join("built-in.csv");
+    std::fs::write(
+        &built_in,
+        "schema_version,model,input,classes,device,optimizer,recommended_batch\n2,resnet18,3x32x32,10,cpu,sgd,8\n",
+    )
+    .unwrap();
+    let none = vramprobe().args(["exec", "--plan"]).arg(&built_in).output().unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("give the command to run after --"));
+}

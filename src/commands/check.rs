@@ -74,7 +74,13 @@ fn target(args: &CheckArgs) -> Result<Target> {
                 precision: entry.precision,
                 mode: entry.mode,
             };
-            Ok(Target { command: None, config, batch: entry.recommended_batch, plan_device: Some(entry.device), fit })
+            Ok(Target {
+                command: entry.command,
+                config,
+                batch: entry.recommended_batch,
+                plan_device: Some(entry.device),
+                fit,
+            })
         }
         (None, None, Some(batch)) if !args.command.is_empty() => {
             let command = UserCommand::new(args.command.clone())?;

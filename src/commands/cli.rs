@@ -52,6 +52,13 @@ pub enum Command {
         after_help = "Exit codes: 0 fits, 3 won't fit, 1 runtime error, 2 usage error.\n\nExamples:\n  vramprobe check --plan runs/X/plan.csv\n  vramprobe check --model resnet50 --batch 64 --capacity 8GiB --quiet && python train.py\n  vramprobe check --plan plan-gpus.csv --row 3 --json"
     )]
     Check(CheckArgs),
+    /// Run your full job at a plan's batch, unmeasured: {batch} becomes the
+    /// recommended batch and {accumulation} the micro-batches per optimizer
+    /// step that keep --target-batch.
+    #[command(
+        after_help = "Examples:\n  vramprobe exec --plan runs/X/plan.csv -- python train.py --batch-size {batch}\n  vramprobe exec --plan runs/X/plan.csv --target-batch 256 -- python train.py --batch-size {batch} --grad-accum {accumulation}"
+    )]
+    Exec(ExecArgs),
     /// Predict the max batch on GPUs you do not have, from a measured run.
     #[command(
         after_help = "Examples:\n  vramprobe plan --from runs/X/report.json --gpu rtx3070\n  vramprobe plan --from runs/X/report.json --gpu all --multiple-of 8\n  vramprobe plan --from runs/X/report.json --gpu my-gpu.toml"
@@ -259,6 +266,22 @@ pub struct CheckArgs {
     /// Your own training command, after `--`, with {batch} where the batch
     /// size goes (with --batch), e.g. -- python train.py --batch-size {batch}.
     #[arg(last = true, value_name = "COMMAND", conflicts_with_all = ["model", "plan"], requires = "batch")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExecArgs {
+    /// A plan.csv written by `vramprobe sweep`.
+    #[arg(long)]
+    pub plan: PathBuf,
+    /// Which plan row (1-based) [default: the only row].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub row: Option<u64>,
+    /// Samples per optimizer step to keep, through {accumulation} [default: the recommended batch].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
+    pub target_batch: Option<u64>,
+    /// The command to run, after `--` [default: the plan row's own command].
+    #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 

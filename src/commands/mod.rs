@@ -7,6 +7,7 @@
 mod bench;
 mod check;
 pub mod cli;
+mod exec;
 mod list;
 mod plan;
 mod report;
@@ -39,6 +40,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Train(args) => train::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Check(args) => check::run(args),
+        Command::Exec(args) => exec::run(args),
         Command::BenchSearch(args) => bench::run(args),
         Command::Report(args) => report::run(args),
         Command::Completions(args) => report::completions(args),

@@ -19,6 +19,15 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     let entries = plan_file::read(&args.plan).map_err(|e| UsageError::new(e.to_string()))?;
     let entry = plan_file::select(&args.plan, entries, args.row.map(|r| r as usize), args.model.as_deref())
         .map_err(|e| UsageError::new(e.to_string()))?;
+    if let Some(command) = &entry.command {
+        return Err(UsageError::new(format!(
+            "{}: the row is your own command ({}): run it at the plan's batch with vramprobe exec --plan {} -- COMMAND",
+            args.plan.display(),
+            command.line(),
+            args.plan.display()
+        ))
+        .into());
+    }
     if entry.mode == Mode::Eval {
         return Err(UsageError::new(format!(
             "{}:{}: this row is an eval (inference) plan; train needs a row measured with --mode train",

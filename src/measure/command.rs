@@ -49,6 +49,34 @@ impl UserCommand {
         self.argv.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
     }
 
+    /// Reads a command back from its [`line`](UserCommand::line) (plain
+    /// words and single-quoted ones, as `line` writes them).
+    pub fn from_line(line: &str) -> Result<UserCommand, UsageError> {
+        let mut argv = Vec::new();
+        let (mut word, mut in_word, mut quoted, mut escaped) = (String::new(), false, false, false);
+        for c in line.chars() {
+            match c {
+                c if escaped => (word, in_word, escaped) = (word + &c.to_string(), true, false),
+                '\\' if !quoted => escaped = true,
+                '\'' => (quoted, in_word) = (!quoted, true),
+                c if c.is_whitespace() && !quoted => {
+                    if in_word {
+                        argv.push(std::mem::take(&mut word));
+                    }
+                    in_word = false;
+                }
+                c => (word, in_word) = (word + &c.to_string(), true),
+            }
+        }
+        if quoted {
+            return Err(UsageError::new(format!("unbalanced quote in the command '{line}'")));
+        }
+        if in_word {
+            argv.push(word);
+        }
+        UserCommand::new(argv)
+    }
+
     /// The argv for one batch.
     pub fn for_batch(&self, batch: u64) -> Vec<String> {
         self.argv.iter().map(|a| a.replace(BATCH, &batch.to_string())).collect()
@@ -216,6 +244,10 @@ mod tests {
     fn the_line_reads_back_in_a_shell() {
         let c = UserCommand::new(vec!["python".into(), "my train.py".into(), "--bs".into(), "{batch}".into()]).unwrap();
         assert_eq!(c.line(), "python 'my train.py' --bs {batch}");
+        assert_eq!(UserCommand::from_line(&c.line()).unwrap(), c);
+        let odd = UserCommand::new(vec!["sh".into(), "-c".into(), "echo 'a b' {batch}".into(), "".into()]).unwrap();
+        assert_eq!(UserCommand::from_line(&odd.line()).unwrap(), odd);
+        assert!(UserCommand::from_line("python 'train.py {batch}").is_err());
     }
 
     #[test]

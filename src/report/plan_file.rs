@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use crate::measure::command::{UserCommand, BATCH};
 use crate::measure::device::DeviceRequest;
 use crate::measure::optim::OptimizerKind;
 use crate::measure::precision::{Mode, Precision};
@@ -28,6 +29,10 @@ pub struct PlanError {
 /// One plan row, as the trainer uses it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanEntry {
+    /// A command-mode row: the user's command, which the row was measured
+    /// with (its model column holds the command; input, classes, optimizer,
+    /// precision and mode are the command's own business).
+    pub command: Option<UserCommand>,
     /// The line of the file it came from.
     pub line: u64,
     pub model: String,
@@ -98,12 +103,37 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
             ));
         }
         let model = field("model").to_string();
+        let recommended_batch: u64 = parse(field("recommended_batch")).filter(|&b| b >= 1).ok_or_else(|| {
+            err(
+                line,
+                Some("recommended_batch"),
+                format!("'{}' is not a batch size (a whole number of at least 1)", field("recommended_batch")),
+            )
+        })?;
+        let device: DeviceRequest = field("device").parse().map_err(|e| err(line, Some("device"), format!("{e}")))?;
+        if model.contains(BATCH) {
+            let command = UserCommand::from_line(&model).map_err(|e| err(line, Some("model"), e.to_string()))?;
+            entries.push(PlanEntry {
+                command: Some(command),
+                line,
+                model,
+                input: Vec::new(),
+                classes: 0,
+                device,
+                optimizer: OptimizerKind::Sgd,
+                precision: Precision::Fp32,
+                mode: Mode::Train,
+                recommended_batch,
+                fixed_bytes: None,
+                per_sample_bytes: None,
+            });
+            continue;
+        }
         crate::measure::model::source(&model).map_err(|e| err(line, Some("model"), e.to_string()))?;
         let input = units::parse_input(field("input")).map_err(|e| err(line, Some("input"), e.to_string()))?;
         let classes: i64 = parse(field("classes")).filter(|&c| c >= 1).ok_or_else(|| {
             err(line, Some("classes"), format!("'{}' is not a positive whole number", field("classes")))
         })?;
-        let device: DeviceRequest = field("device").parse().map_err(|e| err(line, Some("device"), format!("{e}")))?;
         let optimizer = match field("optimizer") {
             "sgd" => OptimizerKind::Sgd,
             "adam" => OptimizerKind::Adam,
@@ -122,13 +152,6 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
             text => Mode::parse(text)
                 .ok_or_else(|| err(line, Some("mode"), format!("'{text}' is not one of train, eval")))?,
         };
-        let recommended_batch: u64 = parse(field("recommended_batch")).filter(|&b| b >= 1).ok_or_else(|| {
-            err(
-                line,
-                Some("recommended_batch"),
-                format!("'{}' is not a batch size (a whole number of at least 1)", field("recommended_batch")),
-            )
-        })?;
         // Optional: the memory line, for "the largest batch the fit allows".
         let optional = |name: &str| -> Result<Option<i64>, PlanError> {
             match field(name) {
@@ -142,6 +165,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
         let fixed_bytes = optional("fixed_bytes")?;
         let per_sample_bytes = optional("per_sample_bytes")?;
         entries.push(PlanEntry {
+            command: None,
             line,
             model,
             input,
