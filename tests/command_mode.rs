@@ -209,3 +209,44 @@ fn exec_runs_the_job_at_the_plans_batch_and_accumulation() {
     assert_eq!(none.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&none.stderr).contains("give the command to run after --"));
 }
+
+#[test]
+fn a_command_with_a_sequence_length_gets_the_two_dimensional_fit() {
+    let Some(python) = python("a_command_with_a_sequence_length_gets_the_two_dimensional_fit") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let gpt = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_gpt.py");
+    let command = [python.as_str(), gpt, "--batch-size", "{batch}", "--seq-len", "{seq_len}"];
+    let run = vramprobe()
+        .args(["sweep", "--device", "cpu", "--quiet", "--seq-lens", "32,64,128", "--batches", "2,4,8", "--out"])
+        .arg(&out)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let rows: Vec<PlanRow> = read_csv(&out.join("plan.csv"));
+    assert_eq!(rows.iter().map(|r| r.input.as_str()).collect::<Vec<_>>(), ["32", "64", "128"]);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("seq-lens.json")).unwrap()).unwrap();
+    assert!(summary["fit"]["r2"].as_f64().unwrap() > 0.99, "{summary}");
+    // Memory grows with the length at the same batch.
+    let peak = |len: &str| {
+        let trials: Vec<SweepRow> = read_csv(&out.join(format!("seq-{len}/sweep.csv")));
+        trials.iter().find(|t| t.batch == 8).unwrap().peak_allocated_bytes.unwrap()
+    };
+    assert!(peak("32") < peak("64") && peak("64") < peak("128"));
+    // check runs a row's command at that row's length.
+    let check = vramprobe().args(["check", "--row", "2", "--plan"]).arg(out.join("plan.csv")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&check.stderr));
+    assert!(stdout.contains("length 64"), "{stdout}");
+    // A length needs {seq_len}, and {seq_len} needs a length.
+    for args in [
+        vec!["--seq-lens", "32,64", "--", "python", "t.py", "{batch}"],
+        vec!["--", "python", "t.py", "{batch}", "{seq_len}"],
+    ] {
+        let bad = vramprobe().arg("sweep").args(&args).output().unwrap();
+        assert_eq!(bad.status.code(), Some(2), "{args:?}");
+    }
+}

@@ -84,7 +84,14 @@ fn target(args: &CheckArgs) -> Result<Target> {
         }
         (None, None, Some(batch)) if !args.command.is_empty() => {
             let command = UserCommand::new(args.command.clone())?;
-            let config = WorkloadConfig { model: command.line(), ..super::command_label_workload() };
+            if command.has_seq_len() != args.workload.seq_len.is_some() {
+                return Err(UsageError::new(
+                    "a command with {seq_len} needs --seq-len T, and --seq-len needs {seq_len}",
+                )
+                .into());
+            }
+            let input = args.workload.seq_len.into_iter().collect();
+            let config = WorkloadConfig { model: command.line(), input, ..super::command_label_workload() };
             Ok(Target { command: Some(command), config, batch, plan_device: None, fit: None })
         }
         (None, Some(_), Some(batch)) => Ok(Target {
@@ -157,6 +164,7 @@ fn judge(
 
 pub fn run(args: CheckArgs) -> Result<i32> {
     let Target { command, config, batch, plan_device, fit } = target(&args)?;
+    let command_line = command.as_ref().map(UserCommand::line);
     let request = args.device.or(plan_device).unwrap_or(DeviceRequest::Auto);
     let (device, note) = device::resolve(request)?;
     if let (Some(n), false) = (&note, args.quiet || args.json) {
@@ -178,7 +186,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         Some(command) => {
             // The command's output and records, kept only for this check.
             let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
-            let runs = CommandRuns::new(command, scratch.clone()).context("preparing vramprobe's Python hook")?;
+            let mut runs = CommandRuns::new(command, scratch.clone()).context("preparing vramprobe's Python hook")?;
+            runs.seq_len = config.input.first().copied();
             let kind = runs.trial(1, batch, spec.steps, device, spec.limit).context("preparing the check's trial")?;
             let trial = runner::run(&kind, 1, timeout, |_| {});
             // A failed command's output stays for the user to read.
@@ -205,9 +214,10 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         budget_for(device, args.capacity, args.margin, &trial).unwrap_or_else(|| Budget::new(capacity, args.margin, 0));
     let peak = FitBasis::for_device(device).peak(&trial);
     let max_batch_from_fit = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
-    let what = match &config.input[..] {
-        [] => format!("`{}` at batch {batch} on {device}", config.model),
-        input => format!("{} {} at batch {batch} on {device}", config.model, format_input(input)),
+    let what = match (&command_line, &config.input[..]) {
+        (Some(line), []) => format!("`{line}` at batch {batch} on {device}"),
+        (Some(line), [t]) => format!("`{line}` at batch {batch}, length {t} on {device}"),
+        (_, input) => format!("{} {} at batch {batch} on {device}", config.model, format_input(input)),
     };
     let (verdict, exit_code, headroom, message) = judge(&trial, &what, &budget, peak, max_batch_from_fit)?;
     if args.json {

@@ -163,15 +163,15 @@ fn variant_labels(workloads: &[WorkloadConfig]) -> Vec<String> {
 
 /// Command mode: the user's command, and the workload that labels its run
 /// (the command itself decides model, data, precision and optimizer).
-fn command_mode(args: &SweepArgs) -> Result<Option<(UserCommand, WorkloadConfig)>> {
+/// One labelling workload per sequence length (the 2-D fit reads the length
+/// from its `input`).
+fn command_mode(args: &SweepArgs) -> Result<Option<(UserCommand, Vec<WorkloadConfig>)>> {
     if args.command.is_empty() {
         return Ok(None);
     }
     let w = &args.workload;
     let built_in_only = [
         ("--input", w.input.is_some()),
-        ("--seq-len", w.seq_len.is_some()),
-        ("--seq-lens", args.seq_lens.is_some()),
         ("--precision", !w.precision.is_empty()),
         ("--mode", !w.mode.is_empty()),
         ("--classes", w.classes.is_some()),
@@ -185,8 +185,25 @@ fn command_mode(args: &SweepArgs) -> Result<Option<(UserCommand, WorkloadConfig)
         .into());
     }
     let command = UserCommand::new(args.command.clone())?;
-    let label = WorkloadConfig { model: command.line(), ..super::command_label_workload() };
-    Ok(Some((command, label)))
+    let lengths: Vec<i64> = match (&args.seq_lens, w.seq_len) {
+        (Some(l), _) => l.0.clone(),
+        (None, Some(t)) => vec![t],
+        (None, None) => Vec::new(),
+    };
+    if lengths.is_empty() == command.has_seq_len() {
+        let why = if lengths.is_empty() {
+            "the command has {seq_len}: give --seq-len T or --seq-lens T1,T2,..."
+        } else {
+            "--seq-len(s) needs {seq_len} in the command, where the sequence length goes"
+        };
+        return Err(UsageError::new(why).into());
+    }
+    let label = |input: Vec<i64>| WorkloadConfig { model: command.line(), input, ..super::command_label_workload() };
+    let labels = match lengths[..] {
+        [] => vec![label(Vec::new())],
+        _ => lengths.iter().map(|&t| label(vec![t])).collect(),
+    };
+    Ok(Some((command, labels)))
 }
 
 /// A folder name for a command's run: its script's name, else "command".
@@ -201,7 +218,7 @@ fn command_label(command: &UserCommand) -> String {
 pub fn run(args: SweepArgs) -> Result<i32> {
     let command = command_mode(&args)?;
     let workloads = match &command {
-        Some((_, label)) => vec![label.clone()],
+        Some((_, labels)) => labels.clone(),
         None => super::sweep_workloads(&args)?,
     };
     if let (Some(b), Some(m)) = (&args.batches, args.max_batch) {
@@ -224,7 +241,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     let out_dir = output::prepare_out_dir(args.out.as_deref(), &name, &stamp, args.force)?;
     if workloads.len() > 1 {
         let (device, note) = devices.into_iter().next().ok_or_else(|| anyhow!("no device"))?;
-        return run_variants(&args, &workloads, device, note, &out_dir);
+        return run_variants(&args, &workloads, device, note, &out_dir, command.as_ref().map(|(c, _)| c));
     }
     let workload = &workloads[0];
     let mut configs = Vec::new();
@@ -305,6 +322,7 @@ fn run_variants(
     device: Device,
     note: Option<String>,
     out_dir: &Path,
+    command: Option<&UserCommand>,
 ) -> Result<i32> {
     if let Some(note) = &note {
         eprintln!("note: {note}");
@@ -317,9 +335,16 @@ fn run_variants(
         if !args.quiet {
             eprintln!("== {label}: {} {} ==", workload.precision.name(), workload.mode.name());
         }
-        let cfg = sweep_config(args, workload, device, note.clone())?;
+        let mut cfg = sweep_config(args, workload, device, note.clone())?;
         let dir = out_dir.join(label);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        if let Some(c) = command {
+            let trials = dir.join("trials");
+            let mut runs = CommandRuns::new(c.clone(), trials.clone())
+                .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))?;
+            runs.seq_len = workload.input.first().copied();
+            cfg.command = Some(runs);
+        }
         let result = sweep::run(&cfg, &mut Lines::new(args.quiet, args.verify_steps, &dir));
         match result {
             Ok(report) => {

@@ -21,6 +21,8 @@ const HOOK_FILES: [(&str, &str); 2] = [
 
 /// The placeholder a command must contain.
 pub const BATCH: &str = "{batch}";
+/// Where a command takes its sequence length, for `--seq-len(s)`.
+pub const SEQ_LEN: &str = "{seq_len}";
 
 /// The user's command, as given after `--`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +81,26 @@ impl UserCommand {
 
     /// The argv for one batch.
     pub fn for_batch(&self, batch: u64) -> Vec<String> {
-        self.argv.iter().map(|a| a.replace(BATCH, &batch.to_string())).collect()
+        self.for_trial(batch, None)
+    }
+
+    /// The argv for one batch at one sequence length.
+    pub fn for_trial(&self, batch: u64, seq_len: Option<i64>) -> Vec<String> {
+        self.argv
+            .iter()
+            .map(|a| {
+                let a = a.replace(BATCH, &batch.to_string());
+                match seq_len {
+                    Some(t) => a.replace(SEQ_LEN, &t.to_string()),
+                    None => a,
+                }
+            })
+            .collect()
+    }
+
+    /// Whether the command takes a sequence length.
+    pub fn has_seq_len(&self) -> bool {
+        self.argv.iter().any(|a| a.contains(SEQ_LEN))
     }
 }
 
@@ -132,6 +153,8 @@ pub fn cache_dir() -> PathBuf {
 #[derive(Debug, Clone)]
 pub struct CommandRuns {
     pub command: UserCommand,
+    /// The sequence length substituted for `{seq_len}`, if the run has one.
+    pub seq_len: Option<i64>,
     pub trials_dir: PathBuf,
     pub hook_dir: PathBuf,
 }
@@ -140,7 +163,7 @@ impl CommandRuns {
     /// Installs the hook and claims `trials_dir`.
     pub fn new(command: UserCommand, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
         std::fs::create_dir_all(&trials_dir)?;
-        Ok(CommandRuns { command, trials_dir, hook_dir: install_hook(&cache_dir())? })
+        Ok(CommandRuns { command, seq_len: None, trials_dir, hook_dir: install_hook(&cache_dir())? })
     }
 
     /// Trial `n`, in its own folder `NNN-batch-B`.
@@ -154,7 +177,16 @@ impl CommandRuns {
     ) -> std::io::Result<CommandTrial<'_>> {
         let dir = self.trials_dir.join(format!("{n:03}-batch-{batch}"));
         std::fs::create_dir_all(&dir)?;
-        Ok(CommandTrial { command: &self.command, batch, steps, device, limit, dir, hook_dir: &self.hook_dir })
+        Ok(CommandTrial {
+            command: &self.command,
+            batch,
+            seq_len: self.seq_len,
+            steps,
+            device,
+            limit,
+            dir,
+            hook_dir: &self.hook_dir,
+        })
     }
 }
 
@@ -162,6 +194,7 @@ impl CommandRuns {
 pub struct CommandTrial<'a> {
     pub command: &'a UserCommand,
     pub batch: u64,
+    pub seq_len: Option<i64>,
     pub steps: u32,
     pub device: Device,
     pub limit: CapacityLimit,
@@ -177,7 +210,7 @@ impl TrialKind for CommandTrial<'_> {
     }
 
     fn command(&self) -> Command {
-        let argv = self.command.for_batch(self.batch);
+        let argv = self.command.for_trial(self.batch, self.seq_len);
         let mut command = Command::new(&argv[0]);
         command.args(&argv[1..]);
         let python_path = match std::env::var_os("PYTHONPATH") {

@@ -138,7 +138,8 @@ fn run_columns(report: &Report, a: &Analysis) -> PlanRow {
         // row names the command and leaves those empty.
         Some(command) => PlanRow {
             model: command.line(),
-            input: String::new(),
+            // The sequence length, for a sweep over --seq-lens.
+            input: format_input(&report.workload.input),
             classes: 0,
             mode: String::new(),
             precision: String::new(),

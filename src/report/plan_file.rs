@@ -113,11 +113,16 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
         let device: DeviceRequest = field("device").parse().map_err(|e| err(line, Some("device"), format!("{e}")))?;
         if model.contains(BATCH) {
             let command = UserCommand::from_line(&model).map_err(|e| err(line, Some("model"), e.to_string()))?;
+            // A sweep over --seq-lens gives each length its row.
+            let input = match field("input") {
+                "" => Vec::new(),
+                text => units::parse_input(text).map_err(|e| err(line, Some("input"), e.to_string()))?,
+            };
             entries.push(PlanEntry {
                 command: Some(command),
                 line,
                 model,
-                input: Vec::new(),
+                input,
                 classes: 0,
                 device,
                 optimizer: OptimizerKind::Sgd,

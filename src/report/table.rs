@@ -29,8 +29,12 @@ fn right_align(t: &mut Table, from: usize) {
 /// The first line of a summary: what was measured, where.
 pub fn headline(report: &Report) -> String {
     if let Some(command) = &report.command {
+        let length = match report.workload.input.first() {
+            Some(t) => format!(" at sequence length {t}"),
+            None => String::new(),
+        };
         return format!(
-            "your command `{}` on {} ({}), {} steps per trial",
+            "your command `{}`{length} on {} ({}), {} steps per trial",
             command.line(),
             report.device,
             report.device_name.as_deref().unwrap_or("?"),
