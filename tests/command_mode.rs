@@ -250,3 +250,32 @@ fn a_command_with_a_sequence_length_gets_the_two_dimensional_fit() {
         assert_eq!(bad.status.code(), Some(2), "{args:?}");
     }
 }
+
+#[test]
+fn a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict() {
+    let Some(python) = python("a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // One step where three were asked for: what it measured is used, and said.
+    let early = [example(&python), vec!["--steps".into(), "1".into()]].concat();
+    let (trials, _) = sweep(&dir.path().join("early"), &["--batches", "4"], &early);
+    assert_eq!((trials[0].outcome.as_str(), trials[0].steps_completed), ("fits", 1), "{trials:?}");
+    assert!(trials[0].message.contains("ended after 1 of 3 steps"), "{}", trials[0].message);
+
+    let check = |code: &str, extra: &[&str]| {
+        vramprobe()
+            .args(["check", "--device", "cpu", "--batch", "4"])
+            .args(extra)
+            .args(["--", &python, "-c", code])
+            .output()
+            .unwrap()
+    };
+    let crash = check("import torch, os, signal; os.kill(os.getpid(), signal.SIGSEGV)  # {batch}", &[]);
+    let stderr = String::from_utf8_lossy(&crash.stderr);
+    assert_eq!(crash.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("killed by SIGSEGV") && stderr.contains("output.log"), "{stderr}");
+
+    let stuck = check("import torch, time; time.sleep(60)  # {batch}", &["--trial-timeout", "3"]);
+    let stderr = String::from_utf8_lossy(&stuck.stderr);
+    assert_eq!(stuck.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no training step was seen"), "{stderr}");
+}

@@ -235,6 +235,7 @@ impl TrialKind for CommandTrial<'_> {
             command.env("KINETO_LOG_LEVEL", "5");
         }
         if let Some(fraction) = self.limit.cuda_fraction {
+            command.env("VRAMPROBE_CUDA_FRACTION", fraction.to_string());
             let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
             command.env(
                 "PYTORCH_CUDA_ALLOC_CONF",

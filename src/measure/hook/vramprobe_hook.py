@@ -121,6 +121,12 @@ def _on_torch(torch):
     register(lambda opt, args, kwargs: step(opt))
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(_at_exit)
+    fraction = os.environ.get("VRAMPROBE_CUDA_FRACTION")
+    if fraction and _device().startswith("cuda") and torch.cuda.is_available():
+        # --capacity: the caching allocator may hold no more than this share
+        # (PYTORCH_CUDA_ALLOC_CONF says the same to a torch that reads it).
+        index = int(_device().split(":")[1]) if ":" in _device() else 0
+        torch.cuda.set_per_process_memory_fraction(float(fraction), index)
     if not _device().startswith("cuda"):
         from torch.profiler import ProfilerActivity, profile
 
