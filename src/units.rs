@@ -99,9 +99,29 @@ pub fn human_bytes(bytes: f64) -> String {
     format!("{sign}{value:.2} {unit}")
 }
 
+/// Words as one line a shell reads back into the same words: plain words as
+/// they are (`{batch}` too), others in single quotes.
+pub fn shell_line(words: &[String]) -> String {
+    let quote = |w: &String| {
+        if !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,%+@{}".contains(c)) {
+            w.clone()
+        } else {
+            format!("'{}'", w.replace('\'', r"'\''"))
+        }
+    };
+    words.iter().map(quote).collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_line_is_quoted_as_a_shell_reads_it() {
+        let args =
+            ["vramprobe", "sweep", "--model", "my model.pt", "--margin", "10%", "it's", "{batch}"].map(String::from);
+        assert_eq!(shell_line(&args), "vramprobe sweep --model 'my model.pt' --margin 10% 'it'\\''s' {batch}");
+    }
 
     #[test]
     fn sizes_parse_with_binary_and_decimal_units() {

@@ -48,7 +48,7 @@ impl UserCommand {
 
     /// The command as one line, for tables and reports.
     pub fn line(&self) -> String {
-        self.argv.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
+        crate::units::shell_line(&self.argv)
     }
 
     /// Reads a command back from its [`line`](UserCommand::line) (plain
@@ -101,16 +101,6 @@ impl UserCommand {
     /// Whether the command takes a sequence length.
     pub fn has_seq_len(&self) -> bool {
         self.argv.iter().any(|a| a.contains(SEQ_LEN))
-    }
-}
-
-/// A word as a shell would need it to read it back.
-fn quoted(word: &str) -> String {
-    let plain = !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%{}".contains(c));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
     }
 }
 

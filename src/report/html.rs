@@ -44,19 +44,6 @@ fn html_table(rows: &Rows) -> String {
     out
 }
 
-/// A command line as a shell would take it back: arguments with spaces or
-/// quotes are single-quoted.
-pub fn shell_line(args: &[String]) -> String {
-    let quote = |a: &String| {
-        if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,%+@".contains(c)) {
-            a.clone()
-        } else {
-            format!("'{}'", a.replace('\'', r"'\''"))
-        }
-    };
-    args.iter().map(quote).collect::<Vec<_>>().join(" ")
-}
-
 /// An SVG inline, in a figure with a caption.
 fn figure(svg: &str, caption: &str) -> String {
     // The XML declaration is for standalone files; inline it is not allowed.
@@ -126,7 +113,7 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str) -> Stri
         body.push_str("</ul>\n");
     }
     body.push_str("<h2>Command line</h2>\n");
-    body.push_str(&format!("<pre>{}</pre>\n", escape(&shell_line(&report.command_line))));
+    body.push_str(&format!("<pre>{}</pre>\n", escape(&crate::units::shell_line(&report.command_line))));
     body.push_str("<h2>Environment</h2>\n");
     body.push_str(&html_table(&environment_rows(report)));
     body.push_str(
@@ -163,7 +150,7 @@ pub fn variants_page(runs: &[(String, &Report, String, String)], seq: Option<(&s
     }
     if let Some((_, r, _, _)) = runs.first() {
         body.push_str("<h2>Command line</h2>\n");
-        body.push_str(&format!("<pre>{}</pre>\n", escape(&shell_line(&r.command_line))));
+        body.push_str(&format!("<pre>{}</pre>\n", escape(&crate::units::shell_line(&r.command_line))));
         body.push_str("<h2>Environment</h2>\n");
         body.push_str(&html_table(&environment_rows(r)));
     }
@@ -177,11 +164,5 @@ mod tests {
     #[test]
     fn text_is_escaped() {
         assert_eq!(escape("<a href=\"x\">&'</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
-    }
-
-    #[test]
-    fn a_command_line_is_quoted_as_a_shell_reads_it() {
-        let args = ["vramprobe", "sweep", "--model", "my model.pt", "--margin", "10%", "it's"].map(String::from);
-        assert_eq!(shell_line(&args), "vramprobe sweep --model 'my model.pt' --margin 10% 'it'\\''s'");
     }
 }
