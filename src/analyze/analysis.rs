@@ -395,6 +395,7 @@ mod tests {
             device_name: None,
             device_total_bytes: Some(10_000),
             wall_seconds: 0.0,
+            log_file: None,
             steps: if outcome == Outcome::Fits {
                 vec![StepRecord {
                     batch,
@@ -480,6 +481,7 @@ mod tests {
             device_total_bytes: Some(10_000),
             wall_seconds: 1.0,
             steps: vec![step(1, true), step(2, false), step(3, false)],
+            log_file: None,
         }
     }
 

@@ -74,12 +74,26 @@ impl Sink for Lines {
             other => format!("{head}{other}: {}", r.message.as_deref().unwrap_or("")),
         };
         self.status.line(&line);
+        // A command that failed for its own reasons: the end of its output says why.
+        if let (Some(log), Outcome::Error | Outcome::Killed | Outcome::Timeout) = (&r.log_file, r.outcome) {
+            for tail in log_tail(log, 5) {
+                self.status.line(&format!("    | {tail}"));
+            }
+        }
         self.show("choosing the next batch");
     }
 
     fn report(&mut self, report: &Report) -> Result<()> {
         write_run(&self.dir, report)
     }
+}
+
+/// The last `n` lines of a command's output, without the CPU profiler's own lines.
+fn log_tail(path: &Path, n: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> =
+        text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("USDT:") && !l.starts_with("STAGE:")).collect();
+    lines[lines.len().saturating_sub(n)..].iter().map(|l| l.to_string()).collect()
 }
 
 /// A run's files (steps, sweep, plan, report, plots, page) into its folder.
@@ -252,6 +266,13 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         let dir = if devices.len() > 1 { out_dir.join(device.to_string().replace(':', "-")) } else { out_dir.clone() };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut cfg = sweep_config(&args, workload, device, note)?;
+        if let (Some(_), Device::Cpu, Some(_)) = (&command, device, args.capacity) {
+            cfg.notes.push(
+                "on the CPU, --capacity is judged against each trial's exact tensor peak (the profiler's): \
+                 it is not enforced inside your command"
+                    .into(),
+            );
+        }
         if let Some((c, _)) = &command {
             let trials = dir.join("trials");
             cfg.command = Some(

@@ -1,6 +1,7 @@
 //! What a trial child streams to its parent, one JSON object per line, and
 //! how a trial ended. These types are the contract between the two processes.
 use std::fmt;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -142,6 +143,9 @@ pub struct TrialResult {
     pub device_total_bytes: Option<u64>,
     pub wall_seconds: f64,
     pub steps: Vec<StepRecord>,
+    /// Command mode: the file with the command's own output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_file: Option<PathBuf>,
 }
 
 impl TrialResult {

@@ -139,6 +139,7 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
         device_total_bytes: None,
         wall_seconds: 0.0,
         steps: Vec::new(),
+        log_file: kind.log_file(),
     };
     let mut command = kind.command();
     let program = command.get_program().to_string_lossy().into_owned();

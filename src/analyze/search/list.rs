@@ -12,10 +12,16 @@ impl Strategy for ListedBatches {
             _ => {
                 let (lo, hi) = bracket(probes);
                 let mut notes = Vec::new();
-                if probes.len() < self.0.len() {
+                if let (true, Some(last)) = (probes.len() < self.0.len(), probes.last()) {
+                    let why = if matches!(last.observation, super::Observation::Failed { .. }) {
+                        "failed"
+                    } else {
+                        "did not fit"
+                    };
                     notes.push(format!(
-                        "batches {:?} were not run: a smaller batch did not fit",
-                        &self.0[probes.len()..]
+                        "batches {:?} were not run: batch {} {why}",
+                        &self.0[probes.len()..],
+                        last.batch
                     ));
                 }
                 let max = lo.unwrap_or(0);
