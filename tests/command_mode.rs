@@ -279,3 +279,65 @@ fn a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict() {
     assert_eq!(stuck.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("no training step was seen"), "{stderr}");
 }
+
+#[test]
+fn a_loop_without_torch_optim_marks_its_steps_by_hand() {
+    let Some(python) = python("a_loop_without_torch_optim_marks_its_steps_by_hand") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // A hand-written update (no torch.optim): one vramprobe_hook.step() per
+    // step; anything else written into the records file is not a record.
+    let script = "import os, torch, vramprobe_hook\n\
+                  w = torch.zeros(1000, requires_grad=True)\n\
+                  for _ in range(10):\n    \
+                      x = torch.randn(int(os.environ['VRAMPROBE_BATCH']), 1000)\n    \
+                      (x @ w).sum().backward()\n    \
+                      with torch.no_grad(): w -= 0.1 * w.grad\n    \
+                      w.grad = None\n    \
+                      del x\n    \
+                      open(os.environ['VRAMPROBE_RECORDS'], 'a').write('not a record\\n')\n    \
+                      vramprobe_hook.step()\n";
+    let command = [python, "-c".into(), format!("{script}# {{batch}}")];
+    let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "1000,2000"], &command);
+    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
+    // x is batch x 1000 f32 (deleted before the next one is made): 4000
+    // bytes a sample, exactly.
+    assert_eq!(plan.per_sample_bytes, Some(4000), "{plan:?}");
+}
+
+#[test]
+fn sigint_mid_command_trial_stops_its_whole_group() {
+    let Some(python) = python("sigint_mid_command_trial_stops_its_whole_group") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    // The command starts a grandchild and waits on it, as a launcher would;
+    // its odd argument marks it among the machine's processes.
+    let code = "import subprocess; subprocess.run(['sleep', '120.4711'])  # {batch}";
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_vramprobe"))
+        .args(["sweep", "--device", "cpu", "--quiet", "--batches", "2", "--out"])
+        .arg(&out)
+        .args(["--", &python, "-c", code])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sleepers = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .filter(|c| c == b"sleep\x00120.4711\x00")
+            .count()
+    };
+    let start = std::time::Instant::now();
+    while sleepers() == 0 {
+        assert!(start.elapsed().as_secs() < 60, "the command's grandchild never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) on the vramprobe we started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(130), "{}", String::from_utf8_lossy(&done.stderr));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(sleepers(), 0, "the command's grandchild survived Ctrl-C");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["status"], "interrupted");
+}
