@@ -384,18 +384,8 @@ mod tests {
     /// A trial on a synthetic memory curve (test data, not a measurement).
     fn synthetic(batch: u64, outcome: Outcome, peak: u64) -> TrialResult {
         TrialResult {
-            trial: 0,
-            batch,
             outcome,
-            message: None,
-            failed_step: None,
-            parameters: None,
-            parameter_bytes: None,
-            baseline_bytes: None,
-            device_name: None,
             device_total_bytes: Some(10_000),
-            wall_seconds: 0.0,
-            log_file: None,
             steps: if outcome == Outcome::Fits {
                 vec![StepRecord {
                     batch,
@@ -406,6 +396,7 @@ mod tests {
             } else {
                 Vec::new()
             },
+            ..TrialResult::started(0, batch, None)
         }
     }
 
@@ -469,19 +460,12 @@ mod tests {
             s
         };
         TrialResult {
-            trial: 2,
-            batch: 8,
             outcome: Outcome::Fits,
-            message: None,
-            failed_step: None,
-            parameters: None,
-            parameter_bytes: None,
-            baseline_bytes: None,
             device_name: Some("GPU".into()),
             device_total_bytes: Some(10_000),
             wall_seconds: 1.0,
             steps: vec![step(1, true), step(2, false), step(3, false)],
-            log_file: None,
+            ..TrialResult::started(2, 8, None)
         }
     }
 

@@ -108,14 +108,15 @@ fn target(args: &CheckArgs) -> Result<Target> {
     }
 }
 
-/// The verdict on one finished trial: (verdict, exit code, headroom, message).
+/// The verdict on a trial that fitted or ran out of memory: (verdict, exit
+/// code, headroom, message).
 fn judge(
     trial: &TrialResult,
     what: &str,
     budget: &Budget,
     peak: Option<u64>,
     max_batch_from_fit: Option<u64>,
-) -> Result<(&'static str, i32, Option<i64>, String)> {
+) -> (&'static str, i32, Option<i64>, String) {
     let capacity = human_bytes(budget.capacity_bytes as f64);
     match trial.outcome {
         Outcome::Fits => {
@@ -128,7 +129,7 @@ fn judge(
                     human_bytes(peak as f64),
                     human_bytes(budget.non_pytorch_bytes as f64),
                 );
-                return Ok(("wont_fit", EXIT_WONT_FIT, Some(headroom), msg));
+                return ("wont_fit", EXIT_WONT_FIT, Some(headroom), msg);
             }
             let mut msg = format!(
                 "FITS: {what}: peak {}, headroom {} ({pct:.1}%) of {capacity} ({} steps)",
@@ -142,9 +143,9 @@ fn judge(
                     budget.margin_fraction * 100.0
                 ));
             }
-            Ok(("fits", 0, Some(headroom), msg))
+            ("fits", 0, Some(headroom), msg)
         }
-        Outcome::Oom => {
+        _ => {
             let step = trial.failed_step.map_or(String::new(), |s| format!(" at step {s}"));
             let largest = match max_batch_from_fit {
                 Some(m) => format!("; the plan's memory line allows batch {m} at most"),
@@ -154,10 +155,7 @@ fn judge(
                 "WON'T FIT: {what}: out of memory{step} ({}); capacity {capacity}{largest}",
                 trial.message.as_deref().unwrap_or("")
             );
-            Ok(("wont_fit", EXIT_WONT_FIT, None, msg))
-        }
-        other => {
-            Err(anyhow!("the check could not run ({other}): {}", trial.message.as_deref().unwrap_or("no message")))
+            ("wont_fit", EXIT_WONT_FIT, None, msg)
         }
     }
 }
@@ -186,8 +184,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         Some(command) => {
             // The command's output and records, kept only for this check.
             let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
-            let mut runs = CommandRuns::new(command, scratch.clone()).context("preparing vramprobe's Python hook")?;
-            runs.seq_len = config.input.first().copied();
+            let runs = CommandRuns::new(command, config.input.first().copied(), scratch.clone())
+                .context("preparing vramprobe's Python hook")?;
             let kind = runs.trial(1, batch, spec.steps, device, spec.limit).context("preparing the check's trial")?;
             let trial = runner::run(&kind, 1, timeout, |_| {});
             // A failed command's output stays for the user to read.
@@ -219,7 +217,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         (Some(line), [t]) => format!("`{line}` at batch {batch}, length {t} on {device}"),
         (_, input) => format!("{} {} at batch {batch} on {device}", config.model, format_input(input)),
     };
-    let (verdict, exit_code, headroom, message) = judge(&trial, &what, &budget, peak, max_batch_from_fit)?;
+    let (verdict, exit_code, headroom, message) = judge(&trial, &what, &budget, peak, max_batch_from_fit);
     if args.json {
         let v = Verdict {
             verdict,

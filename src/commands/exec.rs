@@ -11,14 +11,14 @@ use crate::error::UsageError;
 use crate::measure::command::UserCommand;
 use crate::report::plan_file;
 
+const ACCUMULATION: &str = "{accumulation}";
+
 /// The command's argv for a micro-batch, its accumulation and the target.
-fn substitute(argv: &[String], micro: u64, accumulation: u64, target: u64) -> Vec<String> {
-    argv.iter()
-        .map(|a| {
-            a.replace("{batch}", &micro.to_string())
-                .replace("{accumulation}", &accumulation.to_string())
-                .replace("{target_batch}", &target.to_string())
-        })
+fn substitute(command: &UserCommand, micro: u64, accumulation: u64, target: u64) -> Vec<String> {
+    command
+        .for_batch(micro)
+        .into_iter()
+        .map(|a| a.replace(ACCUMULATION, &accumulation.to_string()).replace("{target_batch}", &target.to_string()))
         .collect()
 }
 
@@ -40,10 +40,10 @@ pub fn run(args: ExecArgs) -> Result<i32> {
     let target = args.target_batch.unwrap_or(entry.recommended_batch);
     let micro = entry.recommended_batch.min(target);
     let accumulation = target.div_ceil(micro);
-    if accumulation > 1 && !command.argv.iter().any(|a| a.contains("{accumulation}")) {
+    if accumulation > 1 && !command.argv.iter().any(|a| a.contains(ACCUMULATION)) {
         eprintln!("note: the command has no {{accumulation}}: it trains with {micro} samples per step, not {target}");
     }
-    let argv = substitute(&command.argv, micro, accumulation, target);
+    let argv = substitute(&command, micro, accumulation, target);
     eprintln!(
         "vramprobe exec: micro-batch {micro} x {accumulation} accumulation = {} per step: {}",
         micro * accumulation,
@@ -60,9 +60,9 @@ mod tests {
 
     #[test]
     fn placeholders_become_the_plans_numbers() {
-        let argv: Vec<String> = ["train.py", "--bs", "{batch}", "--accum={accumulation}", "--global", "{target_batch}"]
-            .map(String::from)
-            .into();
-        assert_eq!(substitute(&argv, 32, 8, 256), ["train.py", "--bs", "32", "--accum=8", "--global", "256"]);
+        let argv =
+            ["train.py", "--bs", "{batch}", "--accum={accumulation}", "--global", "{target_batch}"].map(String::from);
+        let command = UserCommand::new(argv.into()).unwrap();
+        assert_eq!(substitute(&command, 32, 8, 256), ["train.py", "--bs", "32", "--accum=8", "--global", "256"]);
     }
 }

@@ -14,6 +14,7 @@ use crate::measure::environment;
 use crate::measure::model;
 use crate::measure::record::TrialResult;
 use crate::measure::record::{Outcome, StepRecord};
+use crate::measure::runner;
 use crate::measure::workload::WorkloadConfig;
 use crate::report::output;
 use crate::report::progress::Status;
@@ -76,7 +77,8 @@ impl Sink for Lines {
         self.status.line(&line);
         // A command that failed for its own reasons: the end of its output says why.
         if let (Some(log), Outcome::Error | Outcome::Killed | Outcome::Timeout) = (&r.log_file, r.outcome) {
-            for tail in log_tail(log, 5) {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            for tail in runner::output_tail(&text, 5) {
                 self.status.line(&format!("    | {tail}"));
             }
         }
@@ -88,12 +90,11 @@ impl Sink for Lines {
     }
 }
 
-/// The last `n` lines of a command's output, without the CPU profiler's own lines.
-fn log_tail(path: &Path, n: usize) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> =
-        text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("USDT:") && !l.starts_with("STAGE:")).collect();
-    lines[lines.len().saturating_sub(n)..].iter().map(|l| l.to_string()).collect()
+/// The command's trials of one run folder, at the length its workload labels.
+fn command_runs(command: &UserCommand, workload: &WorkloadConfig, dir: &Path) -> Result<CommandRuns> {
+    let trials = dir.join("trials");
+    CommandRuns::new(command.clone(), workload.input.first().copied(), trials.clone())
+        .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))
 }
 
 /// A run's files (steps, sweep, plan, report, plots, page) into its folder.
@@ -274,11 +275,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             );
         }
         if let Some((c, _)) = &command {
-            let trials = dir.join("trials");
-            cfg.command = Some(
-                CommandRuns::new(c.clone(), trials.clone())
-                    .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))?,
-            );
+            cfg.command = Some(command_runs(c, workload, &dir)?);
         }
         configs.push((cfg, dir));
     }
@@ -360,11 +357,7 @@ fn run_variants(
         let dir = out_dir.join(label);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         if let Some(c) = command {
-            let trials = dir.join("trials");
-            let mut runs = CommandRuns::new(c.clone(), trials.clone())
-                .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))?;
-            runs.seq_len = workload.input.first().copied();
-            cfg.command = Some(runs);
+            cfg.command = Some(command_runs(c, workload, &dir)?);
         }
         let result = sweep::run(&cfg, &mut Lines::new(args.quiet, args.verify_steps, &dir));
         match result {

@@ -151,9 +151,9 @@ pub struct CommandRuns {
 
 impl CommandRuns {
     /// Installs the hook and claims `trials_dir`.
-    pub fn new(command: UserCommand, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
+    pub fn new(command: UserCommand, seq_len: Option<i64>, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
         std::fs::create_dir_all(&trials_dir)?;
-        Ok(CommandRuns { command, seq_len: None, trials_dir, hook_dir: install_hook(&cache_dir())? })
+        Ok(CommandRuns { command, seq_len, trials_dir, hook_dir: install_hook(&cache_dir())? })
     }
 
     /// Trial `n`, in its own folder `NNN-batch-B`.
@@ -226,11 +226,7 @@ impl TrialKind for CommandTrial<'_> {
         }
         if let Some(fraction) = self.limit.cuda_fraction {
             command.env("VRAMPROBE_CUDA_FRACTION", fraction.to_string());
-            let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
-            command.env(
-                "PYTORCH_CUDA_ALLOC_CONF",
-                crate::measure::device::cuda::alloc_conf_with_fraction(existing.as_deref(), fraction),
-            );
+            crate::measure::device::cuda::limit_child(&mut command, fraction);
         }
         command
     }

@@ -149,6 +149,26 @@ pub struct TrialResult {
 }
 
 impl TrialResult {
+    /// A trial about to run: nothing measured yet, and an error until its
+    /// child says otherwise.
+    pub fn started(trial: u32, batch: u64, log_file: Option<PathBuf>) -> TrialResult {
+        TrialResult {
+            trial,
+            batch,
+            outcome: Outcome::Error,
+            message: None,
+            failed_step: None,
+            parameters: None,
+            parameter_bytes: None,
+            baseline_bytes: None,
+            device_name: None,
+            device_total_bytes: None,
+            wall_seconds: 0.0,
+            steps: Vec::new(),
+            log_file,
+        }
+    }
+
     /// The highest peak allocated over the trial's steps.
     pub fn peak_allocated_bytes(&self) -> Option<u64> {
         self.steps.iter().map(|s| s.peak_allocated_bytes).max()

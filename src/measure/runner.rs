@@ -60,11 +60,7 @@ impl TrialKind for BuiltIn<'_> {
         let mut command = Command::new(self.exe);
         command.args(child_args(self.spec));
         if let Some(fraction) = self.spec.limit.cuda_fraction {
-            let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
-            command.env(
-                "PYTORCH_CUDA_ALLOC_CONF",
-                crate::measure::device::cuda::alloc_conf_with_fraction(existing.as_deref(), fraction),
-            );
+            crate::measure::device::cuda::limit_child(&mut command, fraction);
         }
         command
     }
@@ -126,21 +122,7 @@ enum Ending {
 /// Runs one trial of any kind. `on_step` sees each step as it arrives.
 pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl FnMut(&StepRecord)) -> TrialResult {
     let started = Instant::now();
-    let mut result = TrialResult {
-        trial,
-        batch: kind.batch(),
-        outcome: Outcome::Error,
-        message: None,
-        failed_step: None,
-        parameters: None,
-        parameter_bytes: None,
-        baseline_bytes: None,
-        device_name: None,
-        device_total_bytes: None,
-        wall_seconds: 0.0,
-        steps: Vec::new(),
-        log_file: kind.log_file(),
-    };
+    let mut result = TrialResult::started(trial, kind.batch(), kind.log_file());
     let mut command = kind.command();
     let program = command.get_program().to_string_lossy().into_owned();
     let records = kind.records_file();
@@ -365,9 +347,13 @@ fn classify(
     }
 }
 
-/// A line the CPU profiler (kineto) prints by itself, whatever its log level.
-fn is_profiler_noise(line: &str) -> bool {
-    ["USDT:", "STAGE:"].iter().any(|p| line.starts_with(p)) || line.contains("gpuGetDeviceCount failed")
+/// The last `n` non-empty lines of a child's output, without the lines the
+/// CPU profiler (kineto) prints by itself whatever its log level.
+pub fn output_tail(text: &str, n: usize) -> Vec<&str> {
+    let noise =
+        |l: &str| ["USDT:", "STAGE:"].iter().any(|p| l.starts_with(p)) || l.contains("gpuGetDeviceCount failed");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty() && !noise(l)).collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
 /// A child that ended without its end record: killed, or exited early.
@@ -379,8 +365,7 @@ fn unreported(status: std::io::Result<ExitStatus>, stderr: &str) -> (Outcome, Op
             (Outcome::Killed, Some(format!("the trial process was killed by {} ({sig}){hint}", signal_name(sig))))
         }
         Ok(s) => {
-            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty() && !is_profiler_noise(l)).collect();
-            let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
+            let tail = output_tail(stderr, 3).join(" | ");
             let message = format!(
                 "the trial process exited with {} before reporting a result{}",
                 s.code().map_or_else(|| "no code".into(), |c| format!("code {c}")),

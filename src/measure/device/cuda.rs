@@ -22,6 +22,13 @@ pub fn memory_fraction(capacity_bytes: u64, context_bytes: u64, total_bytes: u64
     Ok(usable as f64 / total_bytes as f64)
 }
 
+/// Tells a child's CUDA caching allocator to hold at most `fraction` of the
+/// device (`PYTORCH_CUDA_ALLOC_CONF`, keeping any settings already there).
+pub fn limit_child(command: &mut std::process::Command, fraction: f64) {
+    let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
+    command.env("PYTORCH_CUDA_ALLOC_CONF", alloc_conf_with_fraction(existing.as_deref(), fraction));
+}
+
 /// The environment value for a child process, keeping any settings already there.
 pub fn alloc_conf_with_fraction(existing: Option<&str>, fraction: f64) -> String {
     let setting = format!("per_process_memory_fraction:{fraction:.6}");
