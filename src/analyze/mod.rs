@@ -2,7 +2,8 @@
 //! ([`fit`]), the 2-D batch x length fit ([`seqfit`]), the batch-size search
 //! strategies and the peers' ([`search`]), the sweep's conclusions
 //! ([`analysis`]: max, recommended and fastest batch), GPU profiles and what
-//! a measured line predicts on them ([`profile`], [`whatif`]).
+//! a measured line predicts on them ([`profile`], [`whatif`]), and how a
+//! distributed job's line changes with its world size ([`worldfit`]).
 //!
 //! No I/O beyond reading a profile file, no libtorch, no processes: unit
 //! tested on their own. May import only `measure` (for its record and
@@ -15,3 +16,4 @@ pub mod profile;
 pub mod search;
 pub mod seqfit;
 pub mod whatif;
+pub mod worldfit;

@@ -11,7 +11,7 @@ use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRuns, UserCommand};
+use crate::measure::command::{CommandRuns, Lengths, UserCommand};
 use crate::measure::device::{self, CapacityLimit, DeviceRequest};
 use crate::measure::record::{Outcome, TrialResult};
 use crate::measure::runner;
@@ -29,6 +29,8 @@ struct Verdict {
     model: String,
     input: String,
     batch: u64,
+    /// A distributed command's ranks; the batch is per rank.
+    world_size: Option<u32>,
     device: String,
     steps: usize,
     peak_bytes: Option<u64>,
@@ -50,6 +52,8 @@ struct Target {
     batch: u64,
     plan_device: Option<DeviceRequest>,
     fit: Option<LinearFit>,
+    /// What `{nproc}` becomes: `--world-size`, or the plan row's.
+    world_size: Option<u32>,
 }
 
 /// The workload and batch from `--plan` (a row) or `--model` with `--batch`.
@@ -80,6 +84,7 @@ fn target(args: &CheckArgs) -> Result<Target> {
                 batch: entry.recommended_batch,
                 plan_device: Some(entry.device),
                 fit,
+                world_size: args.world_size.or(entry.world_size),
             })
         }
         (None, None, Some(batch)) if !args.command.is_empty() => {
@@ -92,7 +97,14 @@ fn target(args: &CheckArgs) -> Result<Target> {
             }
             let input = args.workload.seq_len.into_iter().collect();
             let config = WorkloadConfig { model: command.line(), input, ..super::command_label_workload() };
-            Ok(Target { command: Some(command), config, batch, plan_device: None, fit: None })
+            if command.has_nproc() != args.world_size.is_some() {
+                return Err(UsageError::new(
+                    "a command with {nproc} needs --world-size N, and --world-size needs {nproc}",
+                )
+                .into());
+            }
+            let world_size = args.world_size;
+            Ok(Target { command: Some(command), config, batch, plan_device: None, fit: None, world_size })
         }
         (None, Some(_), Some(batch)) => Ok(Target {
             command: None,
@@ -100,6 +112,7 @@ fn target(args: &CheckArgs) -> Result<Target> {
             batch,
             plan_device: None,
             fit: None,
+            world_size: None,
         }),
         _ => Err(UsageError::new(
             "check needs --plan FILE, --model M with --batch B, or --batch B -- your training command",
@@ -135,7 +148,7 @@ fn judge(
                 "FITS: {what}: peak {}, headroom {} ({pct:.1}%) of {capacity} ({} steps)",
                 human_bytes(peak as f64),
                 human_bytes(headroom as f64),
-                trial.steps.len()
+                trial.steps_completed()
             );
             if pct < budget.margin_fraction * 100.0 {
                 msg.push_str(&format!(
@@ -161,7 +174,7 @@ fn judge(
 }
 
 pub fn run(args: CheckArgs) -> Result<i32> {
-    let Target { command, config, batch, plan_device, fit } = target(&args)?;
+    let Target { command, config, batch, plan_device, fit, world_size } = target(&args)?;
     let command_line = command.as_ref().map(UserCommand::line);
     let request = args.device.or(plan_device).unwrap_or(DeviceRequest::Auto);
     let (device, note) = device::resolve(request)?;
@@ -184,7 +197,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         Some(command) => {
             // The command's output and records, kept only for this check.
             let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
-            let runs = CommandRuns::new(command, config.input.first().copied(), scratch.clone())
+            let at = Lengths { seq_len: config.input.first().copied(), nproc: world_size };
+            let runs = CommandRuns::new(command, at, scratch.clone())
                 .context("preparing vramprobe's Python hook")?;
             let kind = runs.trial(1, batch, spec.steps, device, spec.limit).context("preparing the check's trial")?;
             let trial = runner::run(&kind, 1, timeout, |_| {});
@@ -212,12 +226,23 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         budget_for(device, args.capacity, args.margin, &trial).unwrap_or_else(|| Budget::new(capacity, args.margin, 0));
     let peak = FitBasis::for_device(device).peak(&trial);
     let max_batch_from_fit = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
+    let ranks = match trial.world_size {
+        Some(w) => format!(" per rank x {w} ranks (global batch {})", trial.global_batch()),
+        None => String::new(),
+    };
     let what = match (&command_line, &config.input[..]) {
-        (Some(line), []) => format!("`{line}` at batch {batch} on {device}"),
-        (Some(line), [t]) => format!("`{line}` at batch {batch}, length {t} on {device}"),
+        (Some(line), []) => format!("`{line}` at batch {batch}{ranks} on {device}"),
+        (Some(line), [t]) => format!("`{line}` at batch {batch}{ranks}, length {t} on {device}"),
         (_, input) => format!("{} {} at batch {batch} on {device}", config.model, format_input(input)),
     };
-    let (verdict, exit_code, headroom, message) = judge(&trial, &what, &budget, peak, max_batch_from_fit);
+    let (verdict, exit_code, headroom, mut message) = judge(&trial, &what, &budget, peak, max_batch_from_fit);
+    let peaks = trial.rank_peaks();
+    if !peaks.is_empty() {
+        let each: Vec<String> =
+            peaks.iter().map(|p| format!("rank {} {}", p.rank, human_bytes(p.judged_bytes() as f64))).collect();
+        let top = trial.peak_rank().map_or(String::new(), |r| format!(", the peak on rank {r}"));
+        message.push_str(&format!("\nper rank: {}{top}", each.join(", ")));
+    }
     if args.json {
         let v = Verdict {
             verdict,
@@ -225,8 +250,9 @@ pub fn run(args: CheckArgs) -> Result<i32> {
             model: config.model.clone(),
             input: format_input(&config.input),
             batch,
+            world_size: trial.world_size,
             device: device.to_string(),
-            steps: trial.steps.len(),
+            steps: trial.steps_completed() as usize,
             peak_bytes: peak,
             capacity_bytes: capacity,
             non_pytorch_bytes: budget.non_pytorch_bytes,

@@ -130,6 +130,11 @@ pub struct SweepArgs {
     /// batch and length together, e.g. 128,256,512,1024.
     #[arg(long, conflicts_with_all = ["seq_len", "input"], value_parser = parse_seq_lens)]
     pub seq_lens: Option<SeqLens>,
+    /// Distributed commands: sweep at each of these world sizes, put where
+    /// the command has {nproc} (e.g. torchrun --nproc-per-node {nproc}), and
+    /// predict the per-rank max batch at larger ones, e.g. 1,2.
+    #[arg(long, value_parser = parse_world_sizes, requires = "command")]
+    pub world_sizes: Option<WorldSizes>,
     /// Run exactly these batch sizes instead of searching, e.g. 1,2,4,8.
     #[arg(long, allow_hyphen_values = true, value_parser = parse_batches, conflicts_with = "strategy")]
     pub batches: Option<Batches>,
@@ -263,6 +268,9 @@ pub struct CheckArgs {
     /// Print the verdict as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// What {nproc} in the command becomes: the number of ranks.
+    #[arg(long, value_parser = parse_world_size, requires = "command")]
+    pub world_size: Option<u32>,
     /// Your own training command, after `--`, with {batch} where the batch
     /// size goes (with --batch), e.g. -- python train.py --batch-size {batch}.
     #[arg(last = true, value_name = "COMMAND", conflicts_with_all = ["model", "plan"], requires = "batch")]
@@ -368,6 +376,10 @@ pub struct InputShape(pub Vec<i64>);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeqLens(pub Vec<i64>);
 
+/// A parsed `--world-sizes` list (a newtype so clap treats it as one value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorldSizes(pub Vec<u32>);
+
 /// A parsed `--batches` list (a newtype so clap treats it as one value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batches(pub Vec<u64>);
@@ -395,6 +407,20 @@ fn parse_seq_lens(s: &str) -> Result<SeqLens, String> {
         return Err(format!("invalid --seq-lens '{s}': give at least two lengths, e.g. 128,256,512"));
     }
     Ok(SeqLens(lens))
+}
+
+fn parse_world_size(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(v) if (1..=65536).contains(&v) => Ok(v),
+        _ => Err(format!("invalid world size '{s}': expected a number of ranks, 1 to 65536")),
+    }
+}
+
+fn parse_world_sizes(s: &str) -> Result<WorldSizes, String> {
+    let mut sizes = s.split(',').map(parse_world_size).collect::<Result<Vec<_>, _>>()?;
+    sizes.sort_unstable();
+    sizes.dedup();
+    Ok(WorldSizes(sizes))
 }
 
 fn parse_batch(s: &str) -> Result<u64, String> {

@@ -8,15 +8,15 @@ use anyhow::{anyhow, Result};
 
 use crate::commands::cli::ExecArgs;
 use crate::error::UsageError;
-use crate::measure::command::UserCommand;
+use crate::measure::command::{Lengths, UserCommand};
 use crate::report::plan_file;
 
 const ACCUMULATION: &str = "{accumulation}";
 
 /// The command's argv for a micro-batch, its accumulation and the target.
-fn substitute(command: &UserCommand, micro: u64, accumulation: u64, target: u64) -> Vec<String> {
+fn substitute(command: &UserCommand, at: &Lengths, micro: u64, accumulation: u64, target: u64) -> Vec<String> {
     command
-        .for_batch(micro)
+        .for_trial(micro, at)
         .into_iter()
         .map(|a| a.replace(ACCUMULATION, &accumulation.to_string()).replace("{target_batch}", &target.to_string()))
         .collect()
@@ -43,7 +43,9 @@ pub fn run(args: ExecArgs) -> Result<i32> {
     if accumulation > 1 && !command.argv.iter().any(|a| a.contains(ACCUMULATION)) {
         eprintln!("note: the command has no {{accumulation}}: it trains with {micro} samples per step, not {target}");
     }
-    let argv = substitute(&command, micro, accumulation, target);
+    // The row's sequence length and world size, where the command takes them.
+    let at = Lengths { seq_len: entry.input.first().copied(), nproc: entry.world_size };
+    let argv = substitute(&command, &at, micro, accumulation, target);
     eprintln!(
         "vramprobe exec: micro-batch {micro} x {accumulation} accumulation = {} per step: {}",
         micro * accumulation,
@@ -63,6 +65,12 @@ mod tests {
         let argv =
             ["train.py", "--bs", "{batch}", "--accum={accumulation}", "--global", "{target_batch}"].map(String::from);
         let command = UserCommand::new(argv.into()).unwrap();
-        assert_eq!(substitute(&command, 32, 8, 256), ["train.py", "--bs", "32", "--accum=8", "--global", "256"]);
+        assert_eq!(
+            substitute(&command, &Lengths::default(), 32, 8, 256),
+            ["train.py", "--bs", "32", "--accum=8", "--global", "256"]
+        );
+        let ranks = UserCommand::new(["torchrun", "--nproc-per-node", "{nproc}", "t.py", "{batch}"].map(String::from).into()).unwrap();
+        let at = Lengths { seq_len: None, nproc: Some(4) };
+        assert_eq!(substitute(&ranks, &at, 8, 1, 8), ["torchrun", "--nproc-per-node", "4", "t.py", "8"]);
     }
 }

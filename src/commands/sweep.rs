@@ -8,7 +8,7 @@ use crate::analyze::analysis;
 use crate::commands::cli::SweepArgs;
 use crate::error::Interrupted;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRuns, UserCommand};
+use crate::measure::command::{CommandRuns, Lengths, UserCommand};
 use crate::measure::device::{self, CapacityLimit, Device, DeviceRequest};
 use crate::measure::environment;
 use crate::measure::model;
@@ -90,10 +90,10 @@ impl Sink for Lines {
     }
 }
 
-/// The command's trials of one run folder, at the length its workload labels.
-fn command_runs(command: &UserCommand, workload: &WorkloadConfig, dir: &Path) -> Result<CommandRuns> {
+/// The command's trials of one run folder, at one length and world size.
+fn command_runs(command: &UserCommand, at: Lengths, dir: &Path) -> Result<CommandRuns> {
     let trials = dir.join("trials");
-    CommandRuns::new(command.clone(), workload.input.first().copied(), trials.clone())
+    CommandRuns::new(command.clone(), at, trials.clone())
         .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))
 }
 
@@ -152,16 +152,21 @@ fn sweep_config(
 }
 
 /// A folder name per variant, from what differs between them, e.g.
-/// `bf16-amp-eval` or `seq-512`.
-fn variant_labels(workloads: &[WorkloadConfig]) -> Vec<String> {
+/// `bf16-amp-eval`, `seq-512` or `world-2-seq-512`.
+fn variant_labels(workloads: &[WorkloadConfig], at: &[Lengths]) -> Vec<String> {
     let varies = |f: &dyn Fn(&WorkloadConfig) -> String| workloads.iter().any(|w| f(w) != f(&workloads[0]));
     let precision = varies(&|w| w.precision.name().into());
     let mode = varies(&|w| w.mode.name().into());
     let input = varies(&|w| format_input(&w.input));
+    let worlds = at.iter().any(|a| a.nproc != at[0].nproc);
     workloads
         .iter()
-        .map(|w| {
+        .enumerate()
+        .map(|(i, w)| {
             let mut parts = Vec::new();
+            if let (true, Some(n)) = (worlds, at.get(i).and_then(|a| a.nproc)) {
+                parts.push(format!("world-{n}"));
+            }
             if precision {
                 parts.push(w.precision.name().to_string());
             }
@@ -176,11 +181,22 @@ fn variant_labels(workloads: &[WorkloadConfig]) -> Vec<String> {
         .collect()
 }
 
-/// Command mode: the user's command, and the workload that labels its run
-/// (the command itself decides model, data, precision and optimizer).
-/// One labelling workload per sequence length (the 2-D fit reads the length
-/// from its `input`).
-fn command_mode(args: &SweepArgs) -> Result<Option<(UserCommand, Vec<WorkloadConfig>)>> {
+/// Command mode: the user's command, and per run the workload that labels it
+/// (the command itself decides model, data, precision and optimizer) with
+/// what `{seq_len}` and `{nproc}` become: one run per sequence length (the
+/// 2-D fit reads the length from the workload's `input`) and world size.
+struct CommandVariants {
+    command: UserCommand,
+    variants: Vec<(WorkloadConfig, Lengths)>,
+}
+
+impl CommandVariants {
+    fn lengths(&self) -> Vec<Lengths> {
+        self.variants.iter().map(|(_, at)| *at).collect()
+    }
+}
+
+fn command_mode(args: &SweepArgs) -> Result<Option<CommandVariants>> {
     if args.command.is_empty() {
         return Ok(None);
     }
@@ -213,12 +229,29 @@ fn command_mode(args: &SweepArgs) -> Result<Option<(UserCommand, Vec<WorkloadCon
         };
         return Err(UsageError::new(why).into());
     }
-    let label = |input: Vec<i64>| WorkloadConfig { model: command.line(), input, ..super::command_label_workload() };
-    let labels = match lengths[..] {
-        [] => vec![label(Vec::new())],
-        _ => lengths.iter().map(|&t| label(vec![t])).collect(),
+    let world_sizes: Vec<Option<u32>> = match &args.world_sizes {
+        Some(sizes) => sizes.0.iter().copied().map(Some).collect(),
+        None => vec![None],
     };
-    Ok(Some((command, labels)))
+    if args.world_sizes.is_some() != command.has_nproc() {
+        let why = if command.has_nproc() {
+            "the command has {nproc}: give --world-sizes N1,N2,... (the ranks to run it with)"
+        } else {
+            "--world-sizes needs {nproc} in the command, where the number of ranks goes \
+             (e.g. torchrun --nproc-per-node {nproc})"
+        };
+        return Err(UsageError::new(why).into());
+    }
+    let seq_lens: Vec<Option<i64>> = if lengths.is_empty() { vec![None] } else { lengths.into_iter().map(Some).collect() };
+    let mut variants = Vec::new();
+    for &nproc in &world_sizes {
+        for &seq_len in &seq_lens {
+            let input = seq_len.into_iter().collect();
+            let label = WorkloadConfig { model: command.line(), input, ..super::command_label_workload() };
+            variants.push((label, Lengths { seq_len, nproc }));
+        }
+    }
+    Ok(Some(CommandVariants { command, variants }))
 }
 
 /// A folder name for a command's run: its script's name, else "command".
@@ -232,9 +265,13 @@ fn command_label(command: &UserCommand) -> String {
 
 pub fn run(args: SweepArgs) -> Result<i32> {
     let command = command_mode(&args)?;
-    let workloads = match &command {
-        Some((_, labels)) => labels.clone(),
-        None => super::sweep_workloads(&args)?,
+    let (workloads, at) = match &command {
+        Some(c) => (c.variants.iter().map(|(w, _)| w.clone()).collect(), c.lengths()),
+        None => {
+            let workloads = super::sweep_workloads(&args)?;
+            let at = vec![Lengths::default(); workloads.len()];
+            (workloads, at)
+        }
     };
     if let (Some(b), Some(m)) = (&args.batches, args.max_batch) {
         if b.0.iter().any(|&x| x > m) {
@@ -252,11 +289,12 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         .into());
     }
     let (_, stamp) = environment::utc_now();
-    let name = command.as_ref().map_or_else(|| model::label(&workloads[0].model), |(c, _)| command_label(c));
+    let name = command.as_ref().map_or_else(|| model::label(&workloads[0].model), |c| command_label(&c.command));
     let out_dir = output::prepare_out_dir(args.out.as_deref(), &name, &stamp, args.force)?;
     if workloads.len() > 1 {
         let (device, note) = devices.into_iter().next().ok_or_else(|| anyhow!("no device"))?;
-        return run_variants(&args, &workloads, device, note, &out_dir, command.as_ref().map(|(c, _)| c));
+        let command = command.as_ref().map(|c| &c.command);
+        return run_variants(&args, (&workloads, &at), device, note, &out_dir, command);
     }
     let workload = &workloads[0];
     let mut configs = Vec::new();
@@ -274,8 +312,8 @@ pub fn run(args: SweepArgs) -> Result<i32> {
                     .into(),
             );
         }
-        if let Some((c, _)) = &command {
-            cfg.command = Some(command_runs(c, workload, &dir)?);
+        if let Some(c) = &command {
+            cfg.command = Some(command_runs(&c.command, at[0], &dir)?);
         }
         configs.push((cfg, dir));
     }
@@ -336,7 +374,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
 /// rewritten after every variant, so finished ones survive a later failure.
 fn run_variants(
     args: &SweepArgs,
-    workloads: &[WorkloadConfig],
+    (workloads, at): (&[WorkloadConfig], &[Lengths]),
     device: Device,
     note: Option<String>,
     out_dir: &Path,
@@ -345,19 +383,22 @@ fn run_variants(
     if let Some(note) = &note {
         eprintln!("note: {note}");
     }
-    let labels = variant_labels(workloads);
+    let labels = variant_labels(workloads, at);
     let mut interrupted: Option<anyhow::Error> = None;
     let mut done: Vec<(String, Report)> = Vec::new();
     let mut failed = Vec::new();
-    for (workload, label) in workloads.iter().zip(&labels) {
+    for ((workload, label), &at) in workloads.iter().zip(&labels).zip(at) {
         if !args.quiet {
-            eprintln!("== {label}: {} {} ==", workload.precision.name(), workload.mode.name());
+            match command {
+                Some(_) => eprintln!("== {label} =="),
+                None => eprintln!("== {label}: {} {} ==", workload.precision.name(), workload.mode.name()),
+            }
         }
         let mut cfg = sweep_config(args, workload, device, note.clone())?;
         let dir = out_dir.join(label);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         if let Some(c) = command {
-            cfg.command = Some(command_runs(c, workload, &dir)?);
+            cfg.command = Some(command_runs(c, at, &dir)?);
         }
         let result = sweep::run(&cfg, &mut Lines::new(args.quiet, args.verify_steps, &dir));
         match result {
@@ -387,6 +428,18 @@ fn run_variants(
         let summary = report::seq_summary_of(&reports);
         print!("{}", table::seq_lengths(&summary));
         output::write_files(out_dir, &report::variant_files(&runs, Some(&summary))?)?;
+    }
+    if args.world_sizes.as_ref().is_some_and(|w| w.0.len() > 1) {
+        let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
+        match (args.seq_lens.is_some(), report::world_summary_of(&reports)) {
+            (true, _) => println!("note: the fit across world sizes is made for one sequence length at a time: sweep each length on its own"),
+            (false, Some(summary)) => {
+                print!("{}", table::world_sizes(&summary));
+                output::write_files(out_dir, &report::world_files(&reports, &summary)?)?;
+                println!("Wrote {}: world-sizes.json, plan-world-sizes.csv (predicted rows)", out_dir.display());
+            }
+            (false, None) => println!("note: no world size has a memory line: nothing to fit across world sizes"),
+        }
     }
     println!("Wrote {}: plan.csv (one row per variant), index.html and one folder per variant", out_dir.display());
     for (label, r) in &done {

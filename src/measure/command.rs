@@ -2,8 +2,9 @@
 //! kind. Each trial runs the command with `{batch}` substituted, in its own
 //! process group, with vramprobe's Python hook first on `PYTHONPATH` (as
 //! `sitecustomize`, chaining to any existing one). The hook writes the same
-//! trial records as the built-in trial, to a records file in the trial's
-//! folder; the command's own stdout and stderr go to a log beside it.
+//! trial records as the built-in trial, into the trial's folder: one file
+//! for a plain process, one per rank for a distributed job (torchrun). The
+//! command's own stdout and stderr go to a log beside them.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,6 +24,8 @@ const HOOK_FILES: [(&str, &str); 2] = [
 pub const BATCH: &str = "{batch}";
 /// Where a command takes its sequence length, for `--seq-len(s)`.
 pub const SEQ_LEN: &str = "{seq_len}";
+/// Where a distributed command takes its number of ranks, for `--world-sizes`.
+pub const NPROC: &str = "{nproc}";
 
 /// The user's command, as given after `--`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,19 +84,21 @@ impl UserCommand {
 
     /// The argv for one batch.
     pub fn for_batch(&self, batch: u64) -> Vec<String> {
-        self.for_trial(batch, None)
+        self.for_trial(batch, &Lengths::default())
     }
 
-    /// The argv for one batch at one sequence length.
-    pub fn for_trial(&self, batch: u64, seq_len: Option<i64>) -> Vec<String> {
+    /// The argv for one batch at one sequence length and world size.
+    pub fn for_trial(&self, batch: u64, at: &Lengths) -> Vec<String> {
+        let fill = |a: String, placeholder: &str, value: Option<String>| match value {
+            Some(v) => a.replace(placeholder, &v),
+            None => a,
+        };
         self.argv
             .iter()
             .map(|a| {
                 let a = a.replace(BATCH, &batch.to_string());
-                match seq_len {
-                    Some(t) => a.replace(SEQ_LEN, &t.to_string()),
-                    None => a,
-                }
+                let a = fill(a, SEQ_LEN, at.seq_len.map(|t| t.to_string()));
+                fill(a, NPROC, at.nproc.map(|n| n.to_string()))
             })
             .collect()
     }
@@ -102,6 +107,18 @@ impl UserCommand {
     pub fn has_seq_len(&self) -> bool {
         self.argv.iter().any(|a| a.contains(SEQ_LEN))
     }
+
+    /// Whether the command takes its number of ranks.
+    pub fn has_nproc(&self) -> bool {
+        self.argv.iter().any(|a| a.contains(NPROC))
+    }
+}
+
+/// What a run substitutes besides the batch: `{seq_len}` and `{nproc}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lengths {
+    pub seq_len: Option<i64>,
+    pub nproc: Option<u32>,
 }
 
 /// Writes the hook into `cache` (once per version of its text) and returns
@@ -143,17 +160,17 @@ pub fn cache_dir() -> PathBuf {
 #[derive(Debug, Clone)]
 pub struct CommandRuns {
     pub command: UserCommand,
-    /// The sequence length substituted for `{seq_len}`, if the run has one.
-    pub seq_len: Option<i64>,
+    /// What `{seq_len}` and `{nproc}` become in this run.
+    pub at: Lengths,
     pub trials_dir: PathBuf,
     pub hook_dir: PathBuf,
 }
 
 impl CommandRuns {
     /// Installs the hook and claims `trials_dir`.
-    pub fn new(command: UserCommand, seq_len: Option<i64>, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
+    pub fn new(command: UserCommand, at: Lengths, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
         std::fs::create_dir_all(&trials_dir)?;
-        Ok(CommandRuns { command, seq_len, trials_dir, hook_dir: install_hook(&cache_dir())? })
+        Ok(CommandRuns { command, at, trials_dir, hook_dir: install_hook(&cache_dir())? })
     }
 
     /// Trial `n`, in its own folder `NNN-batch-B`.
@@ -170,7 +187,7 @@ impl CommandRuns {
         Ok(CommandTrial {
             command: &self.command,
             batch,
-            seq_len: self.seq_len,
+            at: self.at,
             steps,
             device,
             limit,
@@ -184,11 +201,11 @@ impl CommandRuns {
 pub struct CommandTrial<'a> {
     pub command: &'a UserCommand,
     pub batch: u64,
-    pub seq_len: Option<i64>,
+    pub at: Lengths,
     pub steps: u32,
     pub device: Device,
     pub limit: CapacityLimit,
-    /// The trial's folder: records.jsonl and output.log.
+    /// The trial's folder: the records files and output.log.
     pub dir: PathBuf,
     /// The installed hook (see [`install_hook`]).
     pub hook_dir: &'a Path,
@@ -200,7 +217,7 @@ impl TrialKind for CommandTrial<'_> {
     }
 
     fn command(&self) -> Command {
-        let argv = self.command.for_trial(self.batch, self.seq_len);
+        let argv = self.command.for_trial(self.batch, &self.at);
         let mut command = Command::new(&argv[0]);
         command.args(&argv[1..]);
         let python_path = match std::env::var_os("PYTHONPATH") {
@@ -214,12 +231,12 @@ impl TrialKind for CommandTrial<'_> {
         };
         command
             .env("PYTHONPATH", python_path)
-            .env("VRAMPROBE_RECORDS", self.dir.join("records.jsonl"))
+            .env("VRAMPROBE_RECORDS_DIR", &self.dir)
             .env("VRAMPROBE_BATCH", self.batch.to_string())
             .env("VRAMPROBE_STEPS", self.steps.to_string())
             .env("VRAMPROBE_DEVICE", self.device.to_string())
             // A vramprobe run inside a measured program measures afresh.
-            .env_remove("VRAMPROBE_HOOK_PID");
+            .env_remove("VRAMPROBE_HOOK_CLAIM");
         // The CPU profiler's own chatter stays out of the user's log.
         if std::env::var_os("KINETO_LOG_LEVEL").is_none() {
             command.env("KINETO_LOG_LEVEL", "5");
@@ -231,8 +248,8 @@ impl TrialKind for CommandTrial<'_> {
         command
     }
 
-    fn records_file(&self) -> Option<PathBuf> {
-        Some(self.dir.join("records.jsonl"))
+    fn records_dir(&self) -> Option<PathBuf> {
+        Some(self.dir.clone())
     }
 
     fn log_file(&self) -> Option<PathBuf> {

@@ -15,6 +15,12 @@ pub struct StepRecord {
     /// Filled in by the parent (the child does not know its trial number).
     #[serde(default)]
     pub trial: u32,
+    /// A distributed command's rank that took the step, and the job's
+    /// world size (filled in by the parent; empty for one process).
+    #[serde(default)]
+    pub rank: Option<u32>,
+    #[serde(default)]
+    pub world_size: Option<u32>,
     pub step: u32,
     pub batch: u64,
     pub step_seconds: f64,
@@ -103,23 +109,38 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// What a measured process says before its first step. A distributed
+/// command's ranks each send one, with their place in the job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StartRecord {
+    pub parameters: i64,
+    pub parameter_bytes: u64,
+    /// Bytes held after building the model, before the first step.
+    pub baseline_bytes: u64,
+    pub device_name: String,
+    pub device_total_bytes: Option<u64>,
+    /// The measured process (command mode: the parent reads its NVML
+    /// memory by this pid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The CUDA device it trains on (command mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_index: Option<usize>,
+    /// torchrun's RANK, LOCAL_RANK and WORLD_SIZE, for a distributed job's ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+}
+
 /// One line of the child's output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Message {
     /// The model is built and its parameters are in place.
-    Start {
-        parameters: i64,
-        parameter_bytes: u64,
-        /// Bytes held after building the model, before the first step.
-        baseline_bytes: u64,
-        device_name: String,
-        device_total_bytes: Option<u64>,
-        /// The measured process (command mode: the parent reads its NVML
-        /// memory by this pid).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pid: Option<u32>,
-    },
+    Start(Box<StartRecord>),
     Step(Box<StepRecord>),
     End {
         outcome: Outcome,
@@ -146,6 +167,25 @@ pub struct TrialResult {
     /// Command mode: the file with the command's own output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_file: Option<PathBuf>,
+    /// A distributed command's ranks (its steps carry their rank); `batch`
+    /// is then the batch of each rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+}
+
+/// One rank's highest readings over a trial's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankPeak {
+    pub rank: u32,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: Option<u64>,
+}
+
+impl RankPeak {
+    /// The peak the budget judges: reserved where the device has it (CUDA).
+    pub fn judged_bytes(&self) -> u64 {
+        self.peak_reserved_bytes.unwrap_or(self.peak_allocated_bytes)
+    }
 }
 
 impl TrialResult {
@@ -166,7 +206,63 @@ impl TrialResult {
             wall_seconds: 0.0,
             steps: Vec::new(),
             log_file,
+            world_size: None,
         }
+    }
+
+    /// The batch of the whole job: each rank's batch times the world size.
+    pub fn global_batch(&self) -> u64 {
+        self.batch * u64::from(self.world_size.unwrap_or(1))
+    }
+
+    /// Each rank's peaks, by rank; empty for one process.
+    pub fn rank_peaks(&self) -> Vec<RankPeak> {
+        let mut peaks: Vec<RankPeak> = Vec::new();
+        for s in &self.steps {
+            let Some(rank) = s.rank else { continue };
+            let reserved = s.peak_reserved_bytes;
+            match peaks.iter_mut().find(|p| p.rank == rank) {
+                Some(p) => {
+                    p.peak_allocated_bytes = p.peak_allocated_bytes.max(s.peak_allocated_bytes);
+                    p.peak_reserved_bytes = p.peak_reserved_bytes.max(reserved);
+                }
+                None => peaks.push(RankPeak { rank, peak_allocated_bytes: s.peak_allocated_bytes, peak_reserved_bytes: reserved }),
+            }
+        }
+        peaks.sort_by_key(|p| p.rank);
+        peaks
+    }
+
+    /// The rank that holds the trial's peak (the lowest on a tie).
+    pub fn peak_rank(&self) -> Option<u32> {
+        let peaks = self.rank_peaks();
+        let top = peaks.iter().map(RankPeak::judged_bytes).max()?;
+        peaks.iter().find(|p| p.judged_bytes() == top).map(|p| p.rank)
+    }
+
+    /// How much more the fullest rank holds than the emptiest.
+    pub fn rank_spread_bytes(&self) -> Option<u64> {
+        let peaks = self.rank_peaks();
+        let judged = peaks.iter().map(RankPeak::judged_bytes);
+        Some(judged.clone().max()? - judged.min()?)
+    }
+
+    /// Steps every rank completed (all the steps, for one process).
+    pub fn steps_completed(&self) -> u32 {
+        match self.world_size {
+            Some(world) if world > 0 => (0..world)
+                .map(|r| self.steps.iter().filter(|s| s.rank == Some(r)).count() as u32)
+                .min()
+                .unwrap_or(0),
+            _ => self.steps.len() as u32,
+        }
+    }
+
+    /// The steps that time the trial: the lowest rank's (ranks advance in
+    /// step with each other), or all of them for one process.
+    fn timed_steps(&self) -> Vec<&StepRecord> {
+        let first = self.steps.iter().filter_map(|s| s.rank).min();
+        self.steps.iter().filter(|s| s.rank == first).collect()
     }
 
     /// The highest peak allocated over the trial's steps.
@@ -192,11 +288,12 @@ impl TrialResult {
 
     /// Mean step time, leaving out the first (warm-up) step when there are more.
     pub fn mean_step_seconds(&self) -> Option<f64> {
-        let steps = if self.steps.len() > 1 { &self.steps[1..] } else { &self.steps[..] };
+        let timed = self.timed_steps();
+        let steps = if timed.len() > 1 { &timed[1..] } else { &timed[..] };
         (!steps.is_empty()).then(|| steps.iter().map(|s| s.step_seconds).sum::<f64>() / steps.len() as f64)
     }
 
     pub fn samples_per_second(&self) -> Option<f64> {
-        self.mean_step_seconds().filter(|&s| s > 0.0).map(|s| self.batch as f64 / s)
+        self.mean_step_seconds().filter(|&s| s > 0.0).map(|s| self.global_batch() as f64 / s)
     }
 }

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use crate::measure::device::{CapacityLimit, Device};
 use crate::measure::failure::StepError;
 use crate::measure::meter::MemoryMeter;
-use crate::measure::record::{Message, Outcome, StepRecord};
+use crate::measure::record::{Message, Outcome, StartRecord, StepRecord};
 use crate::measure::workload::{Workload, WorkloadConfig};
 
 /// One trial's parameters, as the parent passes them on the command line.
@@ -56,14 +56,14 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     let (device_name, device_total_bytes) = meter.describe();
     emit(
         out,
-        &Message::Start {
+        &Message::Start(Box::new(StartRecord {
             parameters: workload.parameters(),
             parameter_bytes: workload.parameter_bytes(),
             baseline_bytes: meter.current_bytes(),
             device_name,
             device_total_bytes,
-            pid: None,
-        },
+            ..StartRecord::default()
+        })),
     )?;
     // TEST-ONLY: faults the fault-matrix tests inject (see crate::measure::fault).
     let fault = match crate::measure::fault::from_env() {

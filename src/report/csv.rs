@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::Analysis;
 use crate::analyze::whatif::GpuPrediction;
+use crate::analyze::worldfit::WorldPrediction;
 use crate::measure::record::TrialResult;
 use crate::units::format_input;
 
@@ -12,7 +13,8 @@ use super::Report;
 
 /// Version of the plan.csv columns; bump it when they change.
 /// 2: added `fastest_batch` and `fastest_samples_per_second` at the end.
-pub const PLAN_SCHEMA_VERSION: u32 = 2;
+/// 3: added `world_size` and `global_batch` at the end (distributed commands).
+pub const PLAN_SCHEMA_VERSION: u32 = 3;
 
 /// Rows of `T` as CSV bytes, with `T`'s header even when there are no rows:
 /// the one CSV writer (steps, sweep, plan, GPU plans, the trainer's log, the
@@ -58,6 +60,11 @@ pub struct SweepRow {
     pub wall_seconds: f64,
     pub failed_step: Option<u32>,
     pub message: String,
+    /// A distributed command: its ranks, the rank with the trial's peak,
+    /// and how much more that rank holds than the emptiest.
+    pub world_size: Option<u32>,
+    pub peak_rank: Option<u32>,
+    pub rank_spread_bytes: Option<u64>,
 }
 
 pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
@@ -67,7 +74,7 @@ pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
             trial: t.trial,
             batch: t.batch,
             outcome: t.outcome.to_string(),
-            steps_completed: t.steps.len() as u32,
+            steps_completed: t.steps_completed(),
             peak_allocated_bytes: t.peak_allocated_bytes(),
             peak_reserved_bytes: t.peak_reserved_bytes(),
             nvml_used_bytes: t.nvml_used_bytes(),
@@ -78,6 +85,9 @@ pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
             wall_seconds: t.wall_seconds,
             failed_step: t.failed_step,
             message: t.message.clone().unwrap_or_default(),
+            world_size: t.world_size,
+            peak_rank: t.peak_rank(),
+            rank_spread_bytes: t.rank_spread_bytes(),
         })
         .collect()
 }
@@ -127,6 +137,10 @@ pub struct PlanRow {
     /// The smallest measured batch within 5% of the best samples/s (measured).
     pub fastest_batch: Option<u64>,
     pub fastest_samples_per_second: Option<f64>,
+    /// A distributed command's ranks; batches are then per rank.
+    pub world_size: Option<u32>,
+    /// The recommended batch of the whole job: per rank x world size.
+    pub global_batch: Option<u64>,
 }
 
 /// The columns every plan row takes from the run: the workload, the budget
@@ -170,6 +184,7 @@ fn workload_columns(report: &Report, a: &Analysis) -> PlanRow {
         per_sample_bytes: a.fit.map(|f| f.per_sample_bytes.round() as i64),
         r2: a.fit.map(|f| f.r2),
         fit_points: a.fit.map_or(0, |f| f.points),
+        world_size: report.world_size(),
         ..PlanRow::default()
     }
 }
@@ -189,6 +204,7 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
         headroom_bytes: a.headroom_bytes.map(|h| h.round() as i64),
         fastest_batch: a.fastest.map(|f| f.batch),
         fastest_samples_per_second: a.fastest.map(|f| f.samples_per_second),
+        global_batch: report.world_size().map(|w| a.recommended_batch * u64::from(w)),
         ..run_columns(report, a)
     })
 }
@@ -209,6 +225,24 @@ pub fn gpu_plan_row(report: &Report, a: &Analysis, prediction: &GpuPrediction, m
         recommended_batch: prediction.recommended_batch,
         recommended_peak_bytes: prediction.predicted_peak_bytes.map(|b| b.round() as i64),
         headroom_bytes: prediction.predicted_peak_bytes.map(|b| prediction.budget.headroom(b).round() as i64),
+        ..run_columns(report, a)
+    }
+}
+
+/// What the fit across world sizes predicts at a world size that was not
+/// run (`--world-sizes`): per-rank memory only, never verified.
+pub fn world_plan_row(report: &Report, a: &Analysis, p: &WorldPrediction) -> PlanRow {
+    PlanRow {
+        strategy: "predicted-for-world-size".into(),
+        fixed_bytes: Some(p.fixed_bytes.round() as i64),
+        per_sample_bytes: Some(p.per_sample_bytes.round() as i64),
+        r2: None,
+        fit_points: 0,
+        max_batch: p.max_batch,
+        predicted_max_batch: Some(p.max_batch),
+        recommended_batch: p.recommended_batch,
+        world_size: Some(p.world_size),
+        global_batch: Some(p.global_batch),
         ..run_columns(report, a)
     }
 }

@@ -100,6 +100,10 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str) -> Stri
     body.push_str(&figure(throughput_svg, "Training throughput against the batch (throughput.svg)."));
     body.push_str("<h2>Trials</h2>\n");
     body.push_str(&html_table(&table::trial_rows(report)));
+    if let Some((label, ranks)) = table::rank_rows(report) {
+        body.push_str(&format!("<h2>Ranks</h2>\n<p>{}</p>\n", escape(&label)));
+        body.push_str(&html_table(&ranks));
+    }
     if let Some((label, gpus)) = table::gpu_rows(report) {
         body.push_str(&format!("<p>{}</p>\n", escape(&label)));
         body.push_str(&html_table(&gpus));

@@ -20,6 +20,7 @@ pub mod train_log;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::{Analysis, SeqSummary};
+use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
 use crate::measure::command::UserCommand;
 use crate::measure::device::Device;
 use crate::measure::environment::Environment;
@@ -74,6 +75,13 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+impl Report {
+    /// A distributed command's ranks, as its trials measured them.
+    pub fn world_size(&self) -> Option<u32> {
+        self.trials.iter().find_map(|t| t.world_size)
+    }
+}
+
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
 
 /// A file of a run folder: its name and its bytes.
@@ -122,6 +130,44 @@ pub fn variant_files(runs: &[(String, &Report)], seq: Option<&SeqSummary>) -> an
         files.push(("seq-heatmap.svg", svg.into_bytes()));
     }
     Ok(files)
+}
+
+/// The fit across world sizes of a `--world-sizes` sweep, from its
+/// variants' reports (each rank's line and the max at each world size).
+pub fn world_summary_of(reports: &[&Report]) -> Option<WorldSummary> {
+    let mut budget = None;
+    let mut multiple_of = 1;
+    let points: Vec<WorldPoint> = reports
+        .iter()
+        .filter_map(|r| {
+            let a = r.analysis.as_ref()?;
+            let fit = a.fit?;
+            budget.get_or_insert(a.budget.budget_bytes);
+            multiple_of = r.multiple_of;
+            Some(WorldPoint {
+                world_size: r.world_size()?,
+                fixed_bytes: fit.fixed_bytes,
+                per_sample_bytes: fit.per_sample_bytes,
+                max_batch: a.max_batch,
+            })
+        })
+        .collect();
+    Some(worldfit::summarize(points, budget?, multiple_of))
+}
+
+/// The files of a `--world-sizes` sweep's fit: `world-sizes.json` and
+/// `plan-world-sizes.csv` (one predicted row per world size not run, from
+/// the largest measured world size's run).
+pub fn world_files(reports: &[&Report], summary: &WorldSummary) -> anyhow::Result<Vec<RunFile>> {
+    let largest = reports
+        .iter()
+        .filter_map(|r| Some((r.world_size()?, *r, r.analysis.as_ref()?)))
+        .max_by_key(|(w, _, _)| *w);
+    let rows: Vec<csv::PlanRow> = match largest {
+        Some((_, r, a)) => summary.predictions.iter().map(|p| csv::world_plan_row(r, a, p)).collect(),
+        None => Vec::new(),
+    };
+    Ok(vec![("world-sizes.json", json::to_pretty(summary)?), ("plan-world-sizes.csv", csv::to_bytes::<csv::PlanRow>(rows)?)])
 }
 
 /// The fit across lengths of a `--seq-lens` sweep, from its variants' reports.

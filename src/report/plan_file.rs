@@ -46,6 +46,8 @@ pub struct PlanEntry {
     /// The row's memory line, when it has one (optional columns).
     pub fixed_bytes: Option<i64>,
     pub per_sample_bytes: Option<i64>,
+    /// A distributed command's ranks (its `{nproc}`); the batch is per rank.
+    pub world_size: Option<u32>,
 }
 
 /// Reads every row of a plan file.
@@ -94,7 +96,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
         let version: u32 = parse(field("schema_version")).ok_or_else(|| {
             err(line, Some("schema_version"), format!("'{}' is not a whole number", field("schema_version")))
         })?;
-        // Version 2 only added columns at the end, so version 1 plans still read.
+        // Versions 2 and 3 only added columns at the end, so older plans still read.
         if !(1..=PLAN_SCHEMA_VERSION).contains(&version) {
             return Err(err(
                 line,
@@ -111,6 +113,12 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
             )
         })?;
         let device: DeviceRequest = field("device").parse().map_err(|e| err(line, Some("device"), format!("{e}")))?;
+        let world_size: Option<u32> = match field("world_size") {
+            "" => None,
+            text => Some(parse(text).filter(|&w| w >= 1).ok_or_else(|| {
+                err(line, Some("world_size"), format!("'{text}' is not a number of ranks (at least 1)"))
+            })?),
+        };
         if model.contains(BATCH) {
             let command = UserCommand::from_line(&model).map_err(|e| err(line, Some("model"), e.to_string()))?;
             // A sweep over --seq-lens gives each length its row.
@@ -131,6 +139,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
                 recommended_batch,
                 fixed_bytes: None,
                 per_sample_bytes: None,
+                world_size,
             });
             continue;
         }
@@ -182,6 +191,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
             recommended_batch,
             fixed_bytes,
             per_sample_bytes,
+            world_size,
         });
     }
     if entries.is_empty() {
@@ -262,7 +272,7 @@ mod tests {
         );
         assert_eq!(
             message(&format!("{HEADER}\n7,resnet18,3x32x32,10,cpu,adam,48\n")),
-            "plan.csv:2: column schema_version: unknown schema version 7: this vramprobe reads versions 1 to 2"
+            "plan.csv:2: column schema_version: unknown schema version 7: this vramprobe reads versions 1 to 3"
         );
         assert!(message(&format!("{HEADER}\n1,resnet18,3x32x32,0,cpu,adam,48\n")).contains("column classes"));
         assert!(message(&format!("{HEADER}\n1,resnet18,3x32x32,10,cpu,adam,-4\n")).contains("column recommended_batch"));

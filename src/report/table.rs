@@ -3,6 +3,7 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 use crate::analyze::analysis::SeqSummary;
+use crate::analyze::worldfit::WorldSummary;
 use crate::units::{format_input, human_bytes};
 
 use super::Report;
@@ -33,8 +34,12 @@ pub fn headline(report: &Report) -> String {
             Some(t) => format!(" at sequence length {t}"),
             None => String::new(),
         };
+        let ranks = match report.world_size() {
+            Some(w) => format!(", {w} ranks (batches are per rank)"),
+            None => String::new(),
+        };
         return format!(
-            "your command `{}`{length} on {} ({}), {} steps per trial",
+            "your command `{}`{length}{ranks} on {} ({}), {} steps per trial",
             command.line(),
             report.device,
             report.device_name.as_deref().unwrap_or("?"),
@@ -129,6 +134,13 @@ pub fn recommendation_rows(report: &Report) -> Option<Rows> {
             "not run".to_string()
         },
     ]);
+    if let Some(w) = report.world_size() {
+        rows.push(vec![
+            "global batch".into(),
+            (a.recommended_batch * u64::from(w)).to_string(),
+            format!("the recommended batch on each of {w} ranks"),
+        ]);
+    }
     if let (Some(h), Some(p)) = (a.headroom_bytes, a.recommended_peak_bytes) {
         let pct = if b.capacity_bytes > 0 { h / b.capacity_bytes as f64 * 100.0 } else { 0.0 };
         rows.push(vec![
@@ -148,6 +160,40 @@ pub fn recommendation_rows(report: &Report) -> Option<Rows> {
         ]);
     }
     Some(Rows { header: vec![String::new(), "value".into(), "from".into()], rows })
+}
+
+/// At most this many ranks side by side; a larger job shows its extremes.
+const RANK_COLUMNS: usize = 8;
+
+/// A distributed command's peaks per rank, side by side, with the spread
+/// between the fullest and the emptiest rank.
+pub fn rank_rows(report: &Report) -> Option<(String, Rows)> {
+    let world = report.world_size()?;
+    let basis = if report.device.is_cuda() { "reserved" } else { "allocated" };
+    let shown = (world as usize).min(RANK_COLUMNS);
+    let mut header = vec!["batch".to_string(), "global batch".to_string()];
+    header.extend((0..shown).map(|r| format!("rank {r}")));
+    header.extend(["spread".to_string(), "peak on".to_string()]);
+    let rows = report
+        .trials
+        .iter()
+        .filter(|t| !t.rank_peaks().is_empty())
+        .map(|t| {
+            let peaks = t.rank_peaks();
+            let mut row = vec![t.batch.to_string(), t.global_batch().to_string()];
+            row.extend((0..shown as u32).map(|r| {
+                opt_bytes(peaks.iter().find(|p| p.rank == r).map(|p| p.judged_bytes()))
+            }));
+            row.push(opt_bytes(t.rank_spread_bytes()));
+            row.push(t.peak_rank().map_or("-".into(), |r| format!("rank {r}")));
+            row
+        })
+        .collect();
+    let more = if world as usize > shown { format!(" (ranks {shown} and up: in steps.csv)") } else { String::new() };
+    let label = format!(
+        "Peak {basis} per rank, {world} ranks{more}: a trial fits only if every rank does; the global batch is the batch x {world}:"
+    );
+    Some((label, Rows { header, rows }))
 }
 
 /// Predictions for common GPU sizes, with the line that says what they are from.
@@ -193,6 +239,10 @@ pub fn summary(report: &Report) -> String {
     out.push_str(&render(&trial_rows(report), 2));
     if report.analysis.is_none() {
         return out;
+    }
+    if let Some((label, ranks)) = rank_rows(report) {
+        out.push_str(&format!("{label}\n"));
+        out.push_str(&render(&ranks, 0));
     }
     if let Some(rec) = recommendation_rows(report) {
         out.push_str(&render(&rec, 1));
@@ -272,5 +322,60 @@ pub fn seq_lengths(s: &SeqSummary) -> String {
         "Max tokens per batch: {} (at length {}). For variable-length data use the longest length's batch: {} at {} tokens.\n",
         s.max_tokens, s.max_tokens_length, s.longest_recommended_batch, s.longest_length
     ));
+    out
+}
+
+/// Signed bytes, for a part that may shrink with the world size.
+fn signed_bytes(b: f64) -> String {
+    if b < 0.0 {
+        format!("-{}", human_bytes(-b))
+    } else {
+        human_bytes(b)
+    }
+}
+
+/// The world sizes of a `--world-sizes` sweep, measured and predicted.
+pub fn world_sizes(s: &WorldSummary) -> String {
+    let mut out = String::new();
+    match &s.fit {
+        Some(f) => out.push_str(&format!(
+            "Per-rank memory against the world size W: fixed {} + {} / W, per sample {} + {} / W ({} world sizes)\n",
+            signed_bytes(f.fixed.replicated_bytes),
+            signed_bytes(f.fixed.sharded_bytes),
+            signed_bytes(f.per_sample.replicated_bytes),
+            signed_bytes(f.per_sample.sharded_bytes),
+            f.points
+        )),
+        None => out.push_str("Per-rank memory against the world size: needs two world sizes that fit\n"),
+    }
+    let mut t = new_table(vec!["world size", "fixed per rank", "per sample", "max batch per rank", "global batch", "from"]);
+    for p in &s.measured {
+        t.add_row(vec![
+            p.world_size.to_string(),
+            signed_bytes(p.fixed_bytes),
+            signed_bytes(p.per_sample_bytes),
+            p.max_batch.to_string(),
+            (p.max_batch * u64::from(p.world_size)).to_string(),
+            "measured".into(),
+        ]);
+    }
+    for p in &s.predictions {
+        t.add_row(vec![
+            p.world_size.to_string(),
+            signed_bytes(p.fixed_bytes),
+            signed_bytes(p.per_sample_bytes),
+            p.max_batch.to_string(),
+            (p.max_batch * u64::from(p.world_size)).to_string(),
+            "predicted (not run)".into(),
+        ]);
+    }
+    right_align(&mut t, 0);
+    out.push_str(&format!("{t}\n"));
+    if !s.predictions.is_empty() {
+        out.push_str(&format!(
+            "Predictions are judged against the measured per-rank budget ({}); run `vramprobe check --world-size N` before a job at a predicted size.\n",
+            human_bytes(s.budget_bytes as f64)
+        ));
+    }
     out
 }

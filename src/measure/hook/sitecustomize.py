@@ -5,7 +5,7 @@ other sitecustomize the environment has, so that one keeps working."""
 import os
 import sys
 
-if os.environ.get("VRAMPROBE_RECORDS"):
+if os.environ.get("VRAMPROBE_RECORDS_DIR"):
     try:
         import vramprobe_hook
 

@@ -2,7 +2,7 @@
 
 vramprobe runs the user's command once per trial with this module armed
 (through sitecustomize). Nothing happens until the script imports torch;
-then, in that one process only (DataLoader workers and other subprocesses
+then, in the measured process (DataLoader workers and other subprocesses
 stay inert), it:
 
 - counts optimizer steps with torch's global step post-hook, so any loop
@@ -12,11 +12,19 @@ stay inert), it:
 - measures each step's memory: on CUDA the caching allocator's peak and
   current bytes (reset after each step); on the CPU the exact tensor bytes
   from the profiler's memory events;
-- writes vramprobe's trial records (JSON lines) to the file the parent names
-  in VRAMPROBE_RECORDS, never to the script's stdout;
+- writes vramprobe's trial records (JSON lines) into the folder the parent
+  names in VRAMPROBE_RECORDS_DIR, never to the script's stdout: a plain
+  process to `records.jsonl`, each rank of a distributed job (torchrun sets
+  RANK) to `records-rank-R.jsonl`, so every rank is measured;
 - stops the program once the trial's steps have run, and classifies an
   uncaught out-of-memory error (a trial that does not fit) apart from any
   other exception (the script's own error).
+
+Which process is measured: the first that imports torch, and under a
+launcher (torchrun, or any that gives its workers RANK) every rank instead.
+The claim travels in VRAMPROBE_HOOK_CLAIM ("rank:pid"): a process inherits
+it from the one it was started by and stays inert, unless it is a rank and
+the claimant was not. torchrun's own process is a launcher and never claims.
 
 Needs torch >= 2.0 (for `register_optimizer_step_post_hook`).
 """
@@ -36,7 +44,10 @@ _state = {
     "rss": [],
     "last": None,
     "started": False,
+    "cuda_index": None,
 }
+
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 
 def _env_int(name, default):
@@ -46,14 +57,40 @@ def _env_int(name, default):
         return default
 
 
+def _rank():
+    """This process's rank in a distributed job, or "" outside one."""
+    return os.environ.get("RANK", "")
+
+
+def _records_file(rank):
+    name = f"records-rank-{rank}.jsonl" if rank else "records.jsonl"
+    return os.path.join(os.environ.get("VRAMPROBE_RECORDS_DIR", ""), name)
+
+
 def _emit(record):
-    path = os.environ.get("VRAMPROBE_RECORDS")
-    if not path or not _state["active"]:
+    if not os.environ.get("VRAMPROBE_RECORDS_DIR") or not _state["active"]:
         return
     line = json.dumps(record, separators=(",", ":")) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
+    with open(_records_file(_rank()), "a", encoding="utf-8") as f:
         f.write(line)
         f.flush()
+
+
+def _is_launcher():
+    argv = getattr(sys, "orig_argv", None) or sys.argv
+    return any(os.path.basename(a) in _LAUNCHERS for a in argv[:3])
+
+
+def _claimed_elsewhere():
+    """Whether a process this one descends from is the measured one."""
+    claim = os.environ.get("VRAMPROBE_HOOK_CLAIM")
+    if not claim:
+        return False
+    claim_rank, _, claim_pid = claim.partition(":")
+    if claim_pid == str(os.getpid()):
+        return False
+    # A rank started by an unranked claimant (a launcher that imports torch) takes over.
+    return not (claim_rank == "" and _rank() != "")
 
 
 def _deactivate():
@@ -62,11 +99,8 @@ def _deactivate():
 
 def arm():
     """Waits for torch: the measuring starts when the script imports it."""
-    if _state["armed"]:
-        return
-    owner = os.environ.get("VRAMPROBE_HOOK_PID")
-    if owner and owner != str(os.getpid()):
-        return  # a subprocess of the measured program: inert
+    if _state["armed"] or _claimed_elsewhere() or _is_launcher():
+        return  # a subprocess of the measured program, or torchrun itself: inert
     _state["armed"] = True
     if "torch" in sys.modules:
         _on_torch(sys.modules["torch"])
@@ -101,10 +135,24 @@ def _device():
     return os.environ.get("VRAMPROBE_DEVICE", "cpu")
 
 
+def _on_cuda():
+    return _device().startswith("cuda")
+
+
+def _cuda_index():
+    """The GPU this process trains on: its parameters' once a step shows
+    them, before that its LOCAL_RANK in a distributed job, else --device's."""
+    if _state["cuda_index"] is not None:
+        return _state["cuda_index"]
+    if _rank() and os.environ.get("LOCAL_RANK", "").isdigit():
+        return int(os.environ["LOCAL_RANK"])
+    return int(_device().split(":")[1]) if ":" in _device() else 0
+
+
 def _on_torch(torch):
     # The measured process: its subprocesses see the claim and stay inert,
     # and forked ones (DataLoader workers) drop out at the fork.
-    os.environ["VRAMPROBE_HOOK_PID"] = str(os.getpid())
+    os.environ["VRAMPROBE_HOOK_CLAIM"] = f"{_rank()}:{os.getpid()}"
     _state["active"] = True
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_deactivate)
@@ -122,12 +170,11 @@ def _on_torch(torch):
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(_at_exit)
     fraction = os.environ.get("VRAMPROBE_CUDA_FRACTION")
-    if fraction and _device().startswith("cuda") and torch.cuda.is_available():
+    if fraction and _on_cuda() and torch.cuda.is_available():
         # --capacity: the caching allocator may hold no more than this share
         # (PYTORCH_CUDA_ALLOC_CONF says the same to a torch that reads it).
-        index = int(_device().split(":")[1]) if ":" in _device() else 0
-        torch.cuda.set_per_process_memory_fraction(float(fraction), index)
-    if not _device().startswith("cuda"):
+        torch.cuda.set_per_process_memory_fraction(float(fraction), _cuda_index())
+    if not _on_cuda():
         from torch.profiler import ProfilerActivity, profile
 
         prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
@@ -143,24 +190,31 @@ def _start(torch, opt):
     if opt is not None:
         for group in opt.param_groups:
             params.extend(group["params"])
-    device = _device()
-    if device.startswith("cuda"):
-        index = int(device.split(":")[1]) if ":" in device else 0
+    index = None
+    if _on_cuda():
+        on_gpu = [p.device.index for p in params if p.device.type == "cuda" and p.device.index is not None]
+        if on_gpu:
+            _state["cuda_index"] = on_gpu[0]
+        index = _cuda_index()
         props = torch.cuda.get_device_properties(index)
         name, total = props.name, props.total_memory
     else:
         name, total = "CPU", _mem_total()
-    _emit(
-        {
-            "kind": "start",
-            "parameters": sum(p.numel() for p in params),
-            "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
-            "baseline_bytes": 0,
-            "device_name": name,
-            "device_total_bytes": total,
-            "pid": os.getpid(),
-        }
-    )
+    record = {
+        "kind": "start",
+        # Sharded parameters (FSDP's DTensors) count at their full size.
+        "parameters": sum(p.numel() for p in params),
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
+        "baseline_bytes": 0,
+        "device_name": name,
+        "device_total_bytes": total,
+        "pid": os.getpid(),
+        "device_index": index,
+    }
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            record[key.lower()] = int(os.environ[key])
+    _emit(record)
 
 
 def _peak_rss():
@@ -197,18 +251,19 @@ def step(optimizer=None):
     batch = _env_int("VRAMPROBE_BATCH", 0)
     if _state["profiler"] is None:
         seconds = _state["step_seconds"][-1]
+        i = _cuda_index()
         _emit(
             _step_record(
                 n,
                 batch,
                 seconds,
-                torch.cuda.memory_allocated(),
-                torch.cuda.max_memory_allocated(),
-                torch.cuda.memory_reserved(),
-                torch.cuda.max_memory_reserved(),
+                torch.cuda.memory_allocated(i),
+                torch.cuda.max_memory_allocated(i),
+                torch.cuda.memory_reserved(i),
+                torch.cuda.max_memory_reserved(i),
             )
         )
-        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_peak_memory_stats(i)
     else:
         with torch.profiler.record_function(f"vramprobe_step_{n}"):
             pass
@@ -305,7 +360,20 @@ def _at_exit():
     if not _state["active"] or _state["done"]:
         return
     n = _state["steps"]
+    if n == 0 and not _rank() and _ranks_reported():
+        # A launcher that imports torch (not torchrun, which never claims):
+        # its ranks are the measured processes.
+        _state["done"] = True
+        return
     if n == 0:
         _finish("error", "the command ended without an optimizer step (call vramprobe_hook.step() in a custom loop)", 1)
     else:
         _finish("fits", f"the command ended after {n} of {_env_int('VRAMPROBE_STEPS', 3)} steps: those are measured", None)
+
+
+def _ranks_reported():
+    folder = os.environ.get("VRAMPROBE_RECORDS_DIR", "")
+    try:
+        return any(name.startswith("records-rank-") for name in os.listdir(folder))
+    except OSError:
+        return False

@@ -2,6 +2,10 @@
 //! read its records as they come, enforce the timeout on its whole process
 //! group, and classify how it ended without ever confusing an OOM, an
 //! error, a signal or a hang.
+mod ranks;
+pub mod reap;
+mod tail;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -17,6 +21,7 @@ use crate::measure::device::nvml::Nvml;
 use crate::measure::record::{Message, Outcome, StepRecord, TrialResult};
 use crate::measure::trial::TrialSpec;
 use crate::units::format_input;
+use ranks::{Ended, Ranks, Source};
 
 /// A kind of trial: the child process that runs one batch and streams the
 /// trial records on stdout. Today the built-in workload ([`BuiltIn`]); the
@@ -27,9 +32,10 @@ pub trait TrialKind {
     /// The child's command (program, arguments, environment); the runner
     /// adds the pipes and the process group.
     fn command(&self) -> Command;
-    /// Where the child appends its records: `None` for its stdout (the
-    /// built-in trial); a file for a program whose stdout is the user's.
-    fn records_file(&self) -> Option<PathBuf> {
+    /// Where the child writes its records: `None` for its stdout (the
+    /// built-in trial); a folder for a program whose stdout is the user's,
+    /// with one file per measured process (see [`tail`]).
+    fn records_dir(&self) -> Option<PathBuf> {
         None
     }
     /// Where the child's own stdout and stderr go; `None` keeps stderr for
@@ -106,26 +112,31 @@ pub fn run_trial(
 
 /// How reading a child's records stopped.
 enum Ending {
-    /// The child sent its end record.
-    Reported {
-        outcome: Outcome,
-        message: Option<String>,
-        failed_step: Option<u32>,
-    },
+    /// Every measured process (every rank) reported its end, or one
+    /// reported a failure.
+    Reported(Ended),
     TimedOut,
     /// SIGINT or SIGTERM reached vramprobe: the trial was killed.
     Interrupted(i32),
-    /// Its stdout closed without an end record.
-    Closed,
+    /// The child exited (or closed its stdout) without a verdict; the ranks
+    /// that had not reported, for a distributed job.
+    Closed { missing: Vec<u32> },
 }
+
+/// How long a child may take to exit by itself once its verdict is in (a
+/// failing rank's traceback reaches the log, torchrun notices its workers)
+/// before the rest of the trial is killed.
+const GRACE: Duration = Duration::from_secs(3);
 
 /// Runs one trial of any kind. `on_step` sees each step as it arrives.
 pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl FnMut(&StepRecord)) -> TrialResult {
     let started = Instant::now();
     let mut result = TrialResult::started(trial, kind.batch(), kind.log_file());
     let mut command = kind.command();
+    let token = reap::token(trial);
+    command.env(reap::TOKEN_VAR, &token);
     let program = command.get_program().to_string_lossy().into_owned();
-    let records = kind.records_file();
+    let records = kind.records_dir();
     let log = kind.log_file();
     let mut child = match prepare(&mut command, records.as_deref(), log.as_deref()).and_then(|()| spawn(&mut command)) {
         Ok(c) => c,
@@ -143,7 +154,8 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
         text
     });
     let nvml = kind.nvml_device().and_then(|i| Nvml::open().ok().map(|n| (n, i)));
-    let ending = read_records(&mut child, records.as_deref(), nvml, &mut result, started + timeout, on_step);
+    let mut reading = Reading { result: &mut result, ranks: Ranks::default(), nvml, measured: child.id() };
+    let ending = reading.read(&mut child, records.as_deref(), &token, started + timeout, on_step);
     let status = child.wait();
     let mut stderr_text = stderr_reader.join().unwrap_or_default();
     if let Some(log) = &log {
@@ -162,11 +174,16 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
     result
 }
 
-/// Sends the child's output to its log file and starts its records file
-/// empty, where the kind has them.
+/// Sends the child's output to its log file and starts its records folder
+/// without records, where the kind has them.
 fn prepare(command: &mut Command, records: Option<&Path>, log: Option<&Path>) -> std::io::Result<()> {
     if let Some(records) = records {
-        File::create(records)?;
+        std::fs::create_dir_all(records)?;
+        for entry in std::fs::read_dir(records)?.flatten() {
+            if entry.file_name().to_str().and_then(Source::of_file).is_some() {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
     }
     match log {
         Some(log) => {
@@ -195,119 +212,142 @@ fn spawn(command: &mut Command) -> std::io::Result<Child> {
     command.spawn()
 }
 
-/// Reads the child's records into `result` until it reports its end, its
-/// output closes, the deadline passes or a signal arrives (then its process
-/// group is killed).
-fn read_records(
-    child: &mut Child,
-    records: Option<&Path>,
+/// A trial's records as they arrive, from every process that sends them.
+struct Reading<'a> {
+    result: &'a mut TrialResult,
+    ranks: Ranks,
     nvml: Option<(Nvml, usize)>,
-    result: &mut TrialResult,
-    deadline: Instant,
-    mut on_step: impl FnMut(&StepRecord),
-) -> Ending {
-    let (tx, rx) = mpsc::channel::<String>();
-    let exited = Arc::new(AtomicBool::new(false));
-    let reader = match records {
-        None => {
-            let stdout = child.stdout.take();
-            std::thread::spawn(move || {
-                if let Some(stdout) = stdout {
-                    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                        if tx.send(line).is_err() {
-                            break;
-                        }
-                    }
-                }
-            })
-        }
-        Some(path) => {
-            let (path, exited) = (path.to_path_buf(), Arc::clone(&exited));
-            std::thread::spawn(move || tail(&path, &exited, &tx))
-        }
-    };
-    let group = child.id() as i32;
-    // Whose GPU memory NVML reports: the child, or the process it names.
-    let mut measured = child.id();
-    // SAFETY: kill(2) on the child's own process group.
-    let kill_group = || unsafe { libc::kill(-group, libc::SIGKILL) };
-    let mut reported = None;
-    let ending = loop {
-        if let Some(signal) = crate::interrupt::received() {
-            kill_group();
-            break Ending::Interrupted(signal);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        // Wake up often enough to notice Ctrl-C or SIGTERM.
-        match rx.recv_timeout(left.min(Duration::from_millis(100))) {
-            Ok(line) => match serde_json::from_str::<Message>(&line) {
-                Ok(Message::Start {
-                    parameters,
-                    parameter_bytes,
-                    baseline_bytes,
-                    device_name,
-                    device_total_bytes,
-                    pid,
-                }) => {
-                    measured = pid.unwrap_or(measured);
-                    result.parameters = Some(parameters);
-                    result.parameter_bytes = Some(parameter_bytes);
-                    result.baseline_bytes = Some(baseline_bytes);
-                    result.device_name = Some(device_name);
-                    result.device_total_bytes = device_total_bytes;
-                }
-                Ok(Message::Step(mut rec)) => {
-                    rec.trial = result.trial;
-                    if let Some((nvml, index)) = &nvml {
-                        rec.set_nvml(nvml.read_for(*index, measured));
-                    }
-                    on_step(&rec);
-                    result.steps.push(*rec);
-                }
-                Ok(Message::End { outcome, message, failed_step }) => {
-                    reported = Some(Ending::Reported { outcome, message, failed_step })
-                }
-                // Anything else on stdout (a library printing) is not ours.
-                Err(_) => {}
-            },
-            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
-                // A records file has no end of its own: the child's exit is.
-                if records.is_some() && matches!(child.try_wait(), Ok(Some(_))) {
-                    exited.store(true, Ordering::SeqCst);
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                kill_group();
-                break Ending::TimedOut;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break reported.take().unwrap_or(Ending::Closed),
-        }
-    };
-    exited.store(true, Ordering::SeqCst);
-    let _ = reader.join();
-    ending
+    /// Whose GPU memory NVML reports when a source names no process: the child.
+    measured: u32,
 }
 
-/// Follows a records file, sending each complete line, until `exited` is
-/// set and everything written has been read.
-fn tail(path: &Path, exited: &AtomicBool, tx: &mpsc::Sender<String>) {
-    let Ok(file) = File::open(path) else { return };
-    let mut reader = BufReader::new(file);
-    let mut partial = String::new();
-    loop {
-        let done = exited.load(Ordering::SeqCst);
-        let mut line = String::new();
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) if done => return,
-            Ok(0) | Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            Ok(_) if line.ends_with('\n') => {
-                partial.push_str(&line);
-                if tx.send(std::mem::take(&mut partial).trim_end().to_string()).is_err() {
-                    return;
+impl Reading<'_> {
+    /// Reads the child's records until the trial is decided, its output
+    /// closes, the deadline passes or a signal arrives; then stops every
+    /// process the trial started and reads what they left.
+    fn read(
+        &mut self,
+        child: &mut Child,
+        records: Option<&Path>,
+        token: &str,
+        deadline: Instant,
+        mut on_step: impl FnMut(&StepRecord),
+    ) -> Ending {
+        let (tx, rx) = mpsc::channel::<(Source, String)>();
+        let exited = Arc::new(AtomicBool::new(false));
+        let reader = match records {
+            None => {
+                let stdout = child.stdout.take();
+                std::thread::spawn(move || {
+                    if let Some(stdout) = stdout {
+                        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                            if tx.send((Source::Main, line)).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                })
+            }
+            Some(dir) => {
+                let (dir, exited) = (dir.to_path_buf(), Arc::clone(&exited));
+                std::thread::spawn(move || tail::follow(&dir, &exited, &tx))
+            }
+        };
+        let group = child.id() as i32;
+        let ending = loop {
+            if let Some(signal) = crate::interrupt::received() {
+                break Ending::Interrupted(signal);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            // Wake up often enough to notice Ctrl-C or SIGTERM.
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok((source, line)) => {
+                    self.take(source, &line, &mut on_step);
+                    if let Some(verdict) = self.ranks.verdict() {
+                        break Ending::Reported(verdict);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    // A records file has no end of its own: the child's exit is.
+                    if records.is_some() && matches!(child.try_wait(), Ok(Some(_))) {
+                        exited.store(true, Ordering::SeqCst);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => break Ending::TimedOut,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    break self
+                        .ranks
+                        .verdict()
+                        .map_or_else(|| Ending::Closed { missing: self.ranks.missing() }, Ending::Reported)
                 }
             }
-            // Half a line: the rest is still being written.
-            Ok(_) => partial.push_str(&line),
+        };
+        if let Ending::Reported(_) = ending {
+            let until = Instant::now() + GRACE;
+            while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        // Nothing the trial started outlives it: its process group, and any
+        // process in a session of its own (torchrun's workers).
+        // SAFETY: kill(2) on the child's own process group.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        reap::kill_all(token);
+        exited.store(true, Ordering::SeqCst);
+        // What the others wrote before they stopped still counts.
+        while let Ok((source, line)) = rx.recv() {
+            self.take(source, &line, &mut on_step);
+        }
+        let _ = reader.join();
+        if self.ranks.distributed() {
+            self.result.steps.retain(|s| s.rank.is_some());
+            self.result.world_size = self.ranks.world_size();
+        }
+        ending
+    }
+
+    /// One line from `source`.
+    fn take(&mut self, source: Source, line: &str, on_step: &mut impl FnMut(&StepRecord)) {
+        // Anything else (a library printing on stdout) is not ours.
+        let Ok(message) = serde_json::from_str::<Message>(line) else { return };
+        match message {
+            Message::Start(start) => {
+                // The trial's device and parameters: the lowest rank's.
+                let lowest = match source {
+                    Source::Main => !self.ranks.distributed(),
+                    Source::Rank(r) => (0..r).all(|q| self.ranks.start_of(Source::Rank(q)).is_none()),
+                };
+                if lowest {
+                    let r = &mut *self.result;
+                    r.parameters = Some(start.parameters);
+                    r.parameter_bytes = Some(start.parameter_bytes);
+                    r.baseline_bytes = Some(start.baseline_bytes);
+                    r.device_name = Some(start.device_name.clone());
+                    r.device_total_bytes = start.device_total_bytes;
+                }
+                self.ranks.start(source, *start);
+            }
+            Message::Step(mut rec) => {
+                if !self.ranks.counts(source) {
+                    return;
+                }
+                let start = self.ranks.start_of(source);
+                rec.trial = self.result.trial;
+                if let Source::Rank(r) = source {
+                    rec.rank = Some(r);
+                    rec.world_size = start.and_then(|s| s.world_size);
+                }
+                if let Some((nvml, index)) = &self.nvml {
+                    let pid = start.and_then(|s| s.pid).unwrap_or(self.measured);
+                    let index = start.and_then(|s| s.device_index).unwrap_or(*index);
+                    rec.set_nvml(nvml.read_for(index, pid));
+                }
+                on_step(&rec);
+                self.result.steps.push(*rec);
+            }
+            Message::End { outcome, message, failed_step } => {
+                self.ranks.end(source, Ended { outcome, message, failed_step })
+            }
         }
     }
 }
@@ -335,13 +375,17 @@ fn classify(
                 timeout.as_secs()
             ));
         }
-        Ending::Reported { outcome, message, failed_step } => {
+        Ending::Reported(Ended { outcome, message, failed_step }) => {
             result.outcome = outcome;
             result.message = message;
             result.failed_step = failed_step;
         }
-        Ending::Closed => {
+        Ending::Closed { missing } => {
             (result.outcome, result.message) = unreported(status, stderr);
+            if !missing.is_empty() {
+                let ranks: Vec<String> = missing.iter().map(u32::to_string).collect();
+                result.message = result.message.take().map(|m| format!("no result from rank {}: {m}", ranks.join(", ")));
+            }
             result.failed_step = next_step;
         }
     }
