@@ -198,8 +198,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
             // The command's output and records, kept only for this check.
             let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
             let at = Lengths { seq_len: config.input.first().copied(), nproc: world_size };
-            let runs = CommandRuns::new(command, at, scratch.clone())
-                .context("preparing vramprobe's Python hook")?;
+            let runs = CommandRuns::new(command, at, scratch.clone()).context("preparing vramprobe's Python hook")?;
             let kind = runs.trial(1, batch, spec.steps, device, spec.limit).context("preparing the check's trial")?;
             let trial = runner::run(&kind, 1, timeout, |_| {});
             // A failed command's output stays for the user to read.

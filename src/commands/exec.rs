@@ -69,7 +69,9 @@ mod tests {
             substitute(&command, &Lengths::default(), 32, 8, 256),
             ["train.py", "--bs", "32", "--accum=8", "--global", "256"]
         );
-        let ranks = UserCommand::new(["torchrun", "--nproc-per-node", "{nproc}", "t.py", "{batch}"].map(String::from).into()).unwrap();
+        let ranks =
+            UserCommand::new(["torchrun", "--nproc-per-node", "{nproc}", "t.py", "{batch}"].map(String::from).into())
+                .unwrap();
         let at = Lengths { seq_len: None, nproc: Some(4) };
         assert_eq!(substitute(&ranks, &at, 8, 1, 8), ["torchrun", "--nproc-per-node", "4", "t.py", "8"]);
     }

@@ -242,7 +242,8 @@ fn command_mode(args: &SweepArgs) -> Result<Option<CommandVariants>> {
         };
         return Err(UsageError::new(why).into());
     }
-    let seq_lens: Vec<Option<i64>> = if lengths.is_empty() { vec![None] } else { lengths.into_iter().map(Some).collect() };
+    let seq_lens: Vec<Option<i64>> =
+        if lengths.is_empty() { vec![None] } else { lengths.into_iter().map(Some).collect() };
     let mut variants = Vec::new();
     for &nproc in &world_sizes {
         for &seq_len in &seq_lens {

@@ -226,7 +226,11 @@ impl TrialResult {
                     p.peak_allocated_bytes = p.peak_allocated_bytes.max(s.peak_allocated_bytes);
                     p.peak_reserved_bytes = p.peak_reserved_bytes.max(reserved);
                 }
-                None => peaks.push(RankPeak { rank, peak_allocated_bytes: s.peak_allocated_bytes, peak_reserved_bytes: reserved }),
+                None => peaks.push(RankPeak {
+                    rank,
+                    peak_allocated_bytes: s.peak_allocated_bytes,
+                    peak_reserved_bytes: reserved,
+                }),
             }
         }
         peaks.sort_by_key(|p| p.rank);
@@ -247,13 +251,29 @@ impl TrialResult {
         Some(judged.clone().max()? - judged.min()?)
     }
 
+    /// How much more memory a process (the worst rank) held at the end of
+    /// its last step than at the end of its second (after the warm-up), and
+    /// which rank: a steady training loop holds the same each step.
+    pub fn held_growth(&self) -> Option<(Option<u32>, u64)> {
+        let mut ranks: Vec<Option<u32>> = self.steps.iter().map(|s| s.rank).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        ranks
+            .into_iter()
+            .filter_map(|r| {
+                let held: Vec<u64> = self.steps.iter().filter(|s| s.rank == r).map(|s| s.allocated_bytes).collect();
+                let (second, last) = (*held.get(1)?, *held.last()?);
+                (held.len() >= 3 && last > second).then_some((r, last - second))
+            })
+            .max_by_key(|(_, growth)| *growth)
+    }
+
     /// Steps every rank completed (all the steps, for one process).
     pub fn steps_completed(&self) -> u32 {
         match self.world_size {
-            Some(world) if world > 0 => (0..world)
-                .map(|r| self.steps.iter().filter(|s| s.rank == Some(r)).count() as u32)
-                .min()
-                .unwrap_or(0),
+            Some(world) if world > 0 => {
+                (0..world).map(|r| self.steps.iter().filter(|s| s.rank == Some(r)).count() as u32).min().unwrap_or(0)
+            }
             _ => self.steps.len() as u32,
         }
     }

@@ -159,15 +159,16 @@ pub fn world_summary_of(reports: &[&Report]) -> Option<WorldSummary> {
 /// `plan-world-sizes.csv` (one predicted row per world size not run, from
 /// the largest measured world size's run).
 pub fn world_files(reports: &[&Report], summary: &WorldSummary) -> anyhow::Result<Vec<RunFile>> {
-    let largest = reports
-        .iter()
-        .filter_map(|r| Some((r.world_size()?, *r, r.analysis.as_ref()?)))
-        .max_by_key(|(w, _, _)| *w);
+    let largest =
+        reports.iter().filter_map(|r| Some((r.world_size()?, *r, r.analysis.as_ref()?))).max_by_key(|(w, _, _)| *w);
     let rows: Vec<csv::PlanRow> = match largest {
         Some((_, r, a)) => summary.predictions.iter().map(|p| csv::world_plan_row(r, a, p)).collect(),
         None => Vec::new(),
     };
-    Ok(vec![("world-sizes.json", json::to_pretty(summary)?), ("plan-world-sizes.csv", csv::to_bytes::<csv::PlanRow>(rows)?)])
+    Ok(vec![
+        ("world-sizes.json", json::to_pretty(summary)?),
+        ("plan-world-sizes.csv", csv::to_bytes::<csv::PlanRow>(rows)?),
+    ])
 }
 
 /// The fit across lengths of a `--seq-lens` sweep, from its variants' reports.

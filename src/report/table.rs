@@ -181,9 +181,9 @@ pub fn rank_rows(report: &Report) -> Option<(String, Rows)> {
         .map(|t| {
             let peaks = t.rank_peaks();
             let mut row = vec![t.batch.to_string(), t.global_batch().to_string()];
-            row.extend((0..shown as u32).map(|r| {
-                opt_bytes(peaks.iter().find(|p| p.rank == r).map(|p| p.judged_bytes()))
-            }));
+            row.extend(
+                (0..shown as u32).map(|r| opt_bytes(peaks.iter().find(|p| p.rank == r).map(|p| p.judged_bytes()))),
+            );
             row.push(opt_bytes(t.rank_spread_bytes()));
             row.push(t.peak_rank().map_or("-".into(), |r| format!("rank {r}")));
             row
@@ -348,7 +348,8 @@ pub fn world_sizes(s: &WorldSummary) -> String {
         )),
         None => out.push_str("Per-rank memory against the world size: needs two world sizes that fit\n"),
     }
-    let mut t = new_table(vec!["world size", "fixed per rank", "per sample", "max batch per rank", "global batch", "from"]);
+    let mut t =
+        new_table(vec!["world size", "fixed per rank", "per sample", "max batch per rank", "global batch", "from"]);
     for p in &s.measured {
         t.add_row(vec![
             p.world_size.to_string(),

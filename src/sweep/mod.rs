@@ -25,6 +25,7 @@ use crate::measure::runner;
 use crate::measure::trial::TrialSpec;
 use crate::measure::workload::WorkloadConfig;
 use crate::report::{Report, RunStatus, REPORT_SCHEMA_VERSION};
+use crate::units::human_bytes;
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
@@ -140,10 +141,31 @@ impl Sweep<'_> {
             // judged against the same number.
             self.budget = budget_for(self.cfg.device, self.cfg.capacity, self.cfg.margin_fraction, &result);
         }
+        self.note_growth(&result);
         self.report.trials.push(result);
         self.sink.report(&self.report)?;
         self.stop_if_interrupted()?;
         Ok(self.report.trials.last().expect("just pushed"))
+    }
+
+    /// Memory that grows from step to step makes every peak an
+    /// underestimate for a longer job: said once per sweep.
+    fn note_growth(&mut self, trial: &TrialResult) {
+        const NOTE: &str = "memory held at the end of a step grew";
+        let Some((rank, growth)) = trial.held_growth() else { return };
+        let peak = trial.peak_allocated_bytes().unwrap_or(0);
+        if growth < (1 << 20).max(peak / 100) || self.report.notes.iter().any(|n| n.starts_with(NOTE)) {
+            return;
+        }
+        let who = rank.map_or(String::new(), |r| format!(" on rank {r}"));
+        self.report.notes.push(format!(
+            "{NOTE} by {} between step 2 and step {}{who} at batch {}: either the script keeps tensors from \
+             step to step (a leak: a longer job peaks higher), or, on the CPU, a collective frees tensors on \
+             gloo's own threads, which the CPU profiler does not see (FSDP over gloo): measure FSDP on a GPU",
+            human_bytes(growth as f64),
+            self.cfg.steps,
+            trial.batch
+        ));
     }
 
     fn search_limits(&self) -> SearchLimits {

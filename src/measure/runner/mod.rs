@@ -120,7 +120,9 @@ enum Ending {
     Interrupted(i32),
     /// The child exited (or closed its stdout) without a verdict; the ranks
     /// that had not reported, for a distributed job.
-    Closed { missing: Vec<u32> },
+    Closed {
+        missing: Vec<u32>,
+    },
 }
 
 /// How long a child may take to exit by itself once its verdict is in (a
@@ -384,7 +386,8 @@ fn classify(
             (result.outcome, result.message) = unreported(status, stderr);
             if !missing.is_empty() {
                 let ranks: Vec<String> = missing.iter().map(u32::to_string).collect();
-                result.message = result.message.take().map(|m| format!("no result from rank {}: {m}", ranks.join(", ")));
+                result.message =
+                    result.message.take().map(|m| format!("no result from rank {}: {m}", ranks.join(", ")));
             }
             result.failed_step = next_step;
         }

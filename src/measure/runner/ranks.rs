@@ -96,8 +96,11 @@ impl Ranks {
     /// usually follow from it, as a peer vanishes from a collective), a fit
     /// once every source (every rank of the world) has fitted.
     pub fn verdict(&self) -> Option<Ended> {
-        let failures: Vec<(Source, &Ended)> =
-            self.counted().filter_map(|(s, st)| Some((s, st.end.as_ref()?))).filter(|(_, e)| e.outcome != Outcome::Fits).collect();
+        let failures: Vec<(Source, &Ended)> = self
+            .counted()
+            .filter_map(|(s, st)| Some((s, st.end.as_ref()?)))
+            .filter(|(_, e)| e.outcome != Outcome::Fits)
+            .collect();
         let first = failures.iter().find(|(_, e)| e.outcome == Outcome::Oom).or(failures.first());
         if let Some((source, ended)) = first {
             return Some(self.labelled(*source, ended));
@@ -114,10 +117,9 @@ impl Ranks {
     /// A rank's message says which rank it is, and of how many.
     fn labelled(&self, source: Source, ended: &Ended) -> Ended {
         match (source, self.world_size()) {
-            (Source::Rank(r), Some(world)) if world > 1 => Ended {
-                message: ended.message.as_ref().map(|m| format!("rank {r} of {world}: {m}")),
-                ..ended.clone()
-            },
+            (Source::Rank(r), Some(world)) if world > 1 => {
+                Ended { message: ended.message.as_ref().map(|m| format!("rank {r} of {world}: {m}")), ..ended.clone() }
+            }
             _ => ended.clone(),
         }
     }

@@ -24,7 +24,8 @@ pub fn processes_with(token: &str) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != own)
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle))
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle))
         })
         .collect()
 }
@@ -53,12 +54,8 @@ mod tests {
     fn a_process_in_a_session_of_its_own_is_found_and_killed() {
         use std::os::unix::process::CommandExt;
         let token = token(7);
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .env(TOKEN_VAR, &token)
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let mut child =
+            std::process::Command::new("sleep").arg("30").env(TOKEN_VAR, &token).process_group(0).spawn().unwrap();
         let pid = child.id() as i32;
         assert_eq!(processes_with(&token), vec![pid]);
         kill_all(&token);
