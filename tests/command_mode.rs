@@ -294,7 +294,7 @@ fn a_loop_without_torch_optim_marks_its_steps_by_hand() {
                       with torch.no_grad(): w -= 0.1 * w.grad\n    \
                       w.grad = None\n    \
                       del x\n    \
-                      open(os.environ['VRAMPROBE_RECORDS'], 'a').write('not a record\\n')\n    \
+                      open(os.environ['VRAMPROBE_RECORDS_DIR'] + '/records.jsonl', 'a').write('not a record\\n')\n    \
                       vramprobe_hook.step()\n";
     let command = [python, "-c".into(), format!("{script}# {{batch}}")];
     let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "1000,2000"], &command);
