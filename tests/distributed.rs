@@ -133,6 +133,7 @@ fn every_rank_is_measured_and_the_fullest_sets_the_trials_peak() {
 }
 
 #[test]
+#[ignore = "not deterministic on the CPU: a buffer freed on a gloo thread is sometimes not seen (docs/distributed.md); run with --ignored"]
 fn the_search_over_a_ddp_command_equals_an_exhaustive_scan() {
     let Some(torchrun) = torchrun("the_search_over_a_ddp_command_equals_an_exhaustive_scan") else { return };
     let _one = one_job();
