@@ -11,7 +11,7 @@ use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRuns, Lengths, UserCommand};
+use crate::measure::command::{CommandRuns, Placeholders, UserCommand};
 use crate::measure::device::{self, CapacityLimit, DeviceRequest};
 use crate::measure::record::{Outcome, TrialResult};
 use crate::measure::runner;
@@ -197,7 +197,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         Some(command) => {
             // The command's output and records, kept only for this check.
             let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
-            let at = Lengths { seq_len: config.input.first().copied(), nproc: world_size };
+            let at = Placeholders { seq_len: config.input.first().copied(), nproc: world_size };
             let runs = CommandRuns::new(command, at, scratch.clone()).context("preparing vramprobe's Python hook")?;
             let kind = runs.trial(1, batch, spec.steps, device, spec.limit).context("preparing the check's trial")?;
             let trial = runner::run(&kind, 1, timeout, |_| {});

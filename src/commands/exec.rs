@@ -8,13 +8,13 @@ use anyhow::{anyhow, Result};
 
 use crate::commands::cli::ExecArgs;
 use crate::error::UsageError;
-use crate::measure::command::{Lengths, UserCommand};
+use crate::measure::command::{Placeholders, UserCommand};
 use crate::report::plan_file;
 
 const ACCUMULATION: &str = "{accumulation}";
 
 /// The command's argv for a micro-batch, its accumulation and the target.
-fn substitute(command: &UserCommand, at: &Lengths, micro: u64, accumulation: u64, target: u64) -> Vec<String> {
+fn substitute(command: &UserCommand, at: &Placeholders, micro: u64, accumulation: u64, target: u64) -> Vec<String> {
     command
         .for_trial(micro, at)
         .into_iter()
@@ -44,7 +44,7 @@ pub fn run(args: ExecArgs) -> Result<i32> {
         eprintln!("note: the command has no {{accumulation}}: it trains with {micro} samples per step, not {target}");
     }
     // The row's sequence length and world size, where the command takes them.
-    let at = Lengths { seq_len: entry.input.first().copied(), nproc: entry.world_size };
+    let at = Placeholders { seq_len: entry.input.first().copied(), nproc: entry.world_size };
     let argv = substitute(&command, &at, micro, accumulation, target);
     eprintln!(
         "vramprobe exec: micro-batch {micro} x {accumulation} accumulation = {} per step: {}",
@@ -66,13 +66,13 @@ mod tests {
             ["train.py", "--bs", "{batch}", "--accum={accumulation}", "--global", "{target_batch}"].map(String::from);
         let command = UserCommand::new(argv.into()).unwrap();
         assert_eq!(
-            substitute(&command, &Lengths::default(), 32, 8, 256),
+            substitute(&command, &Placeholders::default(), 32, 8, 256),
             ["train.py", "--bs", "32", "--accum=8", "--global", "256"]
         );
         let ranks =
             UserCommand::new(["torchrun", "--nproc-per-node", "{nproc}", "t.py", "{batch}"].map(String::from).into())
                 .unwrap();
-        let at = Lengths { seq_len: None, nproc: Some(4) };
+        let at = Placeholders { seq_len: None, nproc: Some(4) };
         assert_eq!(substitute(&ranks, &at, 8, 1, 8), ["torchrun", "--nproc-per-node", "4", "t.py", "8"]);
     }
 }

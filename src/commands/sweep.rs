@@ -8,7 +8,7 @@ use crate::analyze::analysis;
 use crate::commands::cli::SweepArgs;
 use crate::error::Interrupted;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRuns, Lengths, UserCommand};
+use crate::measure::command::{CommandRuns, Placeholders, UserCommand};
 use crate::measure::device::{self, CapacityLimit, Device, DeviceRequest};
 use crate::measure::environment;
 use crate::measure::model;
@@ -91,7 +91,7 @@ impl Sink for Lines {
 }
 
 /// The command's trials of one run folder, at one length and world size.
-fn command_runs(command: &UserCommand, at: Lengths, dir: &Path) -> Result<CommandRuns> {
+fn command_runs(command: &UserCommand, at: Placeholders, dir: &Path) -> Result<CommandRuns> {
     let trials = dir.join("trials");
     CommandRuns::new(command.clone(), at, trials.clone())
         .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))
@@ -153,7 +153,7 @@ fn sweep_config(
 
 /// A folder name per variant, from what differs between them, e.g.
 /// `bf16-amp-eval`, `seq-512` or `world-2-seq-512`.
-fn variant_labels(workloads: &[WorkloadConfig], at: &[Lengths]) -> Vec<String> {
+fn variant_labels(workloads: &[WorkloadConfig], at: &[Placeholders]) -> Vec<String> {
     let varies = |f: &dyn Fn(&WorkloadConfig) -> String| workloads.iter().any(|w| f(w) != f(&workloads[0]));
     let precision = varies(&|w| w.precision.name().into());
     let mode = varies(&|w| w.mode.name().into());
@@ -187,11 +187,11 @@ fn variant_labels(workloads: &[WorkloadConfig], at: &[Lengths]) -> Vec<String> {
 /// 2-D fit reads the length from the workload's `input`) and world size.
 struct CommandVariants {
     command: UserCommand,
-    variants: Vec<(WorkloadConfig, Lengths)>,
+    variants: Vec<(WorkloadConfig, Placeholders)>,
 }
 
 impl CommandVariants {
-    fn lengths(&self) -> Vec<Lengths> {
+    fn placeholders(&self) -> Vec<Placeholders> {
         self.variants.iter().map(|(_, at)| *at).collect()
     }
 }
@@ -249,7 +249,7 @@ fn command_mode(args: &SweepArgs) -> Result<Option<CommandVariants>> {
         for &seq_len in &seq_lens {
             let input = seq_len.into_iter().collect();
             let label = WorkloadConfig { model: command.line(), input, ..super::command_label_workload() };
-            variants.push((label, Lengths { seq_len, nproc }));
+            variants.push((label, Placeholders { seq_len, nproc }));
         }
     }
     Ok(Some(CommandVariants { command, variants }))
@@ -267,10 +267,10 @@ fn command_label(command: &UserCommand) -> String {
 pub fn run(args: SweepArgs) -> Result<i32> {
     let command = command_mode(&args)?;
     let (workloads, at) = match &command {
-        Some(c) => (c.variants.iter().map(|(w, _)| w.clone()).collect(), c.lengths()),
+        Some(c) => (c.variants.iter().map(|(w, _)| w.clone()).collect(), c.placeholders()),
         None => {
             let workloads = super::sweep_workloads(&args)?;
-            let at = vec![Lengths::default(); workloads.len()];
+            let at = vec![Placeholders::default(); workloads.len()];
             (workloads, at)
         }
     };
@@ -375,7 +375,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
 /// rewritten after every variant, so finished ones survive a later failure.
 fn run_variants(
     args: &SweepArgs,
-    (workloads, at): (&[WorkloadConfig], &[Lengths]),
+    (workloads, at): (&[WorkloadConfig], &[Placeholders]),
     device: Device,
     note: Option<String>,
     out_dir: &Path,
@@ -423,15 +423,14 @@ fn run_variants(
         }
     }
     let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
+    let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
     print!("{}", table::variants(&runs));
     if args.seq_lens.is_some() {
-        let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
         let summary = report::seq_summary_of(&reports);
         print!("{}", table::seq_lengths(&summary));
         output::write_files(out_dir, &report::variant_files(&runs, Some(&summary))?)?;
     }
     if args.world_sizes.as_ref().is_some_and(|w| w.0.len() > 1) {
-        let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
         match (args.seq_lens.is_some(), report::world_summary_of(&reports)) {
             (true, _) => println!("note: the fit across world sizes is made for one sequence length at a time: sweep each length on its own"),
             (false, Some(summary)) => {

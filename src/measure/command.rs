@@ -84,11 +84,11 @@ impl UserCommand {
 
     /// The argv for one batch.
     pub fn for_batch(&self, batch: u64) -> Vec<String> {
-        self.for_trial(batch, &Lengths::default())
+        self.for_trial(batch, &Placeholders::default())
     }
 
     /// The argv for one batch at one sequence length and world size.
-    pub fn for_trial(&self, batch: u64, at: &Lengths) -> Vec<String> {
+    pub fn for_trial(&self, batch: u64, at: &Placeholders) -> Vec<String> {
         let fill = |a: String, placeholder: &str, value: Option<String>| match value {
             Some(v) => a.replace(placeholder, &v),
             None => a,
@@ -116,7 +116,7 @@ impl UserCommand {
 
 /// What a run substitutes besides the batch: `{seq_len}` and `{nproc}`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Lengths {
+pub struct Placeholders {
     pub seq_len: Option<i64>,
     pub nproc: Option<u32>,
 }
@@ -161,14 +161,14 @@ pub fn cache_dir() -> PathBuf {
 pub struct CommandRuns {
     pub command: UserCommand,
     /// What `{seq_len}` and `{nproc}` become in this run.
-    pub at: Lengths,
+    pub at: Placeholders,
     pub trials_dir: PathBuf,
     pub hook_dir: PathBuf,
 }
 
 impl CommandRuns {
     /// Installs the hook and claims `trials_dir`.
-    pub fn new(command: UserCommand, at: Lengths, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
+    pub fn new(command: UserCommand, at: Placeholders, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
         std::fs::create_dir_all(&trials_dir)?;
         Ok(CommandRuns { command, at, trials_dir, hook_dir: install_hook(&cache_dir())? })
     }
@@ -201,7 +201,7 @@ impl CommandRuns {
 pub struct CommandTrial<'a> {
     pub command: &'a UserCommand,
     pub batch: u64,
-    pub at: Lengths,
+    pub at: Placeholders,
     pub steps: u32,
     pub device: Device,
     pub limit: CapacityLimit,

@@ -217,24 +217,14 @@ impl TrialResult {
 
     /// Each rank's peaks, by rank; empty for one process.
     pub fn rank_peaks(&self) -> Vec<RankPeak> {
-        let mut peaks: Vec<RankPeak> = Vec::new();
+        let mut peaks = std::collections::BTreeMap::<u32, RankPeak>::new();
         for s in &self.steps {
             let Some(rank) = s.rank else { continue };
-            let reserved = s.peak_reserved_bytes;
-            match peaks.iter_mut().find(|p| p.rank == rank) {
-                Some(p) => {
-                    p.peak_allocated_bytes = p.peak_allocated_bytes.max(s.peak_allocated_bytes);
-                    p.peak_reserved_bytes = p.peak_reserved_bytes.max(reserved);
-                }
-                None => peaks.push(RankPeak {
-                    rank,
-                    peak_allocated_bytes: s.peak_allocated_bytes,
-                    peak_reserved_bytes: reserved,
-                }),
-            }
+            let p = peaks.entry(rank).or_insert(RankPeak { rank, peak_allocated_bytes: 0, peak_reserved_bytes: None });
+            p.peak_allocated_bytes = p.peak_allocated_bytes.max(s.peak_allocated_bytes);
+            p.peak_reserved_bytes = p.peak_reserved_bytes.max(s.peak_reserved_bytes);
         }
-        peaks.sort_by_key(|p| p.rank);
-        peaks
+        peaks.into_values().collect()
     }
 
     /// The rank that holds the trial's peak (the lowest on a tie).

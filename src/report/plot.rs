@@ -75,7 +75,7 @@ pub(super) fn svg(draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(
 }
 
 /// A chart on plain f64 axes, as every plot here draws.
-type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+pub(super) type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// A chart against the batch, in the look the sweep's plots share: a
 /// caption, whole-number batch ticks, and `y_desc` on the value axis.

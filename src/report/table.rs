@@ -350,24 +350,20 @@ pub fn world_sizes(s: &WorldSummary) -> String {
     }
     let mut t =
         new_table(vec!["world size", "fixed per rank", "per sample", "max batch per rank", "global batch", "from"]);
-    for p in &s.measured {
+    let measured =
+        s.measured.iter().map(|p| (p.world_size, p.fixed_bytes, p.per_sample_bytes, p.max_batch, "measured"));
+    let predicted = s
+        .predictions
+        .iter()
+        .map(|p| (p.world_size, p.fixed_bytes, p.per_sample_bytes, p.max_batch, "predicted (not run)"));
+    for (world, fixed, per_sample, max_batch, from) in measured.chain(predicted) {
         t.add_row(vec![
-            p.world_size.to_string(),
-            signed_bytes(p.fixed_bytes),
-            signed_bytes(p.per_sample_bytes),
-            p.max_batch.to_string(),
-            (p.max_batch * u64::from(p.world_size)).to_string(),
-            "measured".into(),
-        ]);
-    }
-    for p in &s.predictions {
-        t.add_row(vec![
-            p.world_size.to_string(),
-            signed_bytes(p.fixed_bytes),
-            signed_bytes(p.per_sample_bytes),
-            p.max_batch.to_string(),
-            (p.max_batch * u64::from(p.world_size)).to_string(),
-            "predicted (not run)".into(),
+            world.to_string(),
+            signed_bytes(fixed),
+            signed_bytes(per_sample),
+            max_batch.to_string(),
+            (max_batch * u64::from(world)).to_string(),
+            from.into(),
         ]);
     }
     right_align(&mut t, 0);

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::measure::record::StepRecord;
 use crate::report::output::write_atomic;
 
-use super::plot::{legend, plot_err, svg, tick, ByteUnit, Series, FONT, GREY, PURPLE, SIZE};
+use super::plot::{legend, plot_err, svg, tick, ByteUnit, Chart, Series, FONT, GREY, PURPLE, SIZE};
 
 /// What a log row records: an optimizer step, or an event of the run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +146,37 @@ impl TrainLog {
     }
 }
 
+/// One half of `train.svg`: a chart against the optimizer step.
+fn step_chart<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    caption: Option<&str>,
+    x_label_area: u32,
+    (x_max, y_max): (f64, f64),
+    y_desc: &str,
+) -> Result<Chart<'a, 'b>> {
+    let mut builder = ChartBuilder::on(area);
+    if let Some(caption) = caption {
+        builder.caption(caption, (FONT, 18));
+    }
+    let mut chart = builder
+        .margin(14)
+        .x_label_area_size(x_label_area)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc(y_desc)
+        .axis_desc_style((FONT, 15))
+        .label_style((FONT, 12))
+        .x_label_formatter(&|x| tick(*x))
+        .y_label_formatter(&|y| tick(*y))
+        .draw()
+        .map_err(plot_err)?;
+    Ok(chart)
+}
+
 /// The trainer's `train.svg`: loss (top) and memory (bottom) over the
 /// optimizer steps, with back-offs marked.
 pub fn train_svg(rows: &[TrainRow]) -> Result<String> {
@@ -163,23 +194,8 @@ pub fn train_svg(rows: &[TrainRow]) -> Result<String> {
     let unit = ByteUnit::for_max(mem_max);
     svg(|root| {
         let (top, bottom) = root.split_vertically(SIZE.1 / 2);
-        let mut upper = ChartBuilder::on(&top)
-            .caption("training loss and memory per optimizer step (measured)", (FONT, 18))
-            .margin(14)
-            .x_label_area_size(36)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..x_max, 0f64..loss_max)
-            .map_err(plot_err)?;
-        upper
-            .configure_mesh()
-            .x_desc("step")
-            .y_desc("loss")
-            .axis_desc_style((FONT, 15))
-            .label_style((FONT, 12))
-            .x_label_formatter(&|x| tick(*x))
-            .y_label_formatter(&|y| tick(*y))
-            .draw()
-            .map_err(plot_err)?;
+        let caption = "training loss and memory per optimizer step (measured)";
+        let mut upper = step_chart(&top, Some(caption), 36, (x_max, loss_max), "loss")?;
         upper
             .draw_series(LineSeries::new(loss.clone(), BLUE.stroke_width(2)))
             .map_err(plot_err)?
@@ -187,22 +203,7 @@ pub fn train_svg(rows: &[TrainRow]) -> Result<String> {
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLUE.stroke_width(2)));
         upper.configure_series_labels().label_font((FONT, 13)).border_style(GREY).draw().map_err(plot_err)?;
 
-        let mut lower = ChartBuilder::on(&bottom)
-            .margin(14)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..x_max, 0f64..unit.of(mem_max))
-            .map_err(plot_err)?;
-        lower
-            .configure_mesh()
-            .x_desc("step")
-            .y_desc(format!("memory ({})", unit.name))
-            .axis_desc_style((FONT, 15))
-            .label_style((FONT, 12))
-            .x_label_formatter(&|x| tick(*x))
-            .y_label_formatter(&|y| tick(*y))
-            .draw()
-            .map_err(plot_err)?;
+        let mut lower = step_chart(&bottom, None, 40, (x_max, unit.of(mem_max)), &format!("memory ({})", unit.name))?;
         let mem_series: [Series; 2] = [("peak allocated", &peak, BLACK), ("peak reserved", &reserved, PURPLE)];
         for (name, points, color) in mem_series {
             if points.is_empty() {

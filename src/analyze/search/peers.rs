@@ -26,6 +26,17 @@ fn finish_at(max_batch: u64, cap: u64) -> Step {
     Step::Finish(SearchResult { max_batch, capped: max_batch >= cap, ..SearchResult::default() })
 }
 
+/// Lightning's first steps, the same in both modes: start at `init_val`,
+/// and give up on a trial that failed for another reason than memory.
+/// `Ok` is the last probe to decide from.
+fn lightning_opening(probes: &[Probe], cap: u64) -> Result<&Probe, Step> {
+    match probes.last() {
+        None => Err(Step::Run(LIGHTNING_INIT.min(cap))),
+        Some(Probe { observation: Observation::Failed { .. }, .. }) => Err(finish(0)),
+        Some(last) => Ok(last),
+    }
+}
+
 fn failed(p: &Probe) -> bool {
     !p.observation.fits()
 }
@@ -36,12 +47,10 @@ pub struct LightningPower;
 impl Strategy for LightningPower {
     fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step {
         let cap = limits.max_batch;
-        let Some(last) = probes.last() else {
-            return Step::Run(LIGHTNING_INIT.min(cap));
+        let last = match lightning_opening(probes, cap) {
+            Ok(last) => last,
+            Err(step) => return step,
         };
-        if let Observation::Failed { .. } = last.observation {
-            return finish(0);
-        }
         if failed(last) {
             // Lightning halves the failing size and stops (1 if the first trial failed: never run).
             return finish((last.batch / 2).max(1));
@@ -68,12 +77,10 @@ impl Default for LightningBinsearch {
 impl Strategy for LightningBinsearch {
     fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step {
         let cap = limits.max_batch;
-        let Some(last) = probes.last() else {
-            return Step::Run(LIGHTNING_INIT.min(cap));
+        let last = match lightning_opening(probes, cap) {
+            Ok(last) => last,
+            Err(step) => return step,
         };
-        if let Observation::Failed { .. } = last.observation {
-            return finish(0);
-        }
         let size = last.batch;
         let next = if failed(last) {
             self.high = Some(size);

@@ -62,7 +62,8 @@ def _rank():
     return os.environ.get("RANK", "")
 
 
-def _records_file(rank):
+def _records_file():
+    rank = _rank()
     name = f"records-rank-{rank}.jsonl" if rank else "records.jsonl"
     return os.path.join(os.environ.get("VRAMPROBE_RECORDS_DIR", ""), name)
 
@@ -71,7 +72,7 @@ def _emit(record):
     if not os.environ.get("VRAMPROBE_RECORDS_DIR") or not _state["active"]:
         return
     line = json.dumps(record, separators=(",", ":")) + "\n"
-    with open(_records_file(_rank()), "a", encoding="utf-8") as f:
+    with open(_records_file(), "a", encoding="utf-8") as f:
         f.write(line)
         f.flush()
 
