@@ -41,9 +41,7 @@ fn job(torchrun: &str, nproc: &str, script: &str, extra: &[&str]) -> Vec<String>
     argv
 }
 
-/// One torchrun at a time: 3 processes on 2 cores already. Under heavier
-/// load the CPU measurement's known race shows more often (a tensor freed on
-/// one of gloo's threads is not seen; see docs/distributed.md).
+/// One torchrun at a time: 3 processes on 2 cores already.
 static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_job() -> std::sync::MutexGuard<'static, ()> {
@@ -133,7 +131,6 @@ fn every_rank_is_measured_and_the_fullest_sets_the_trials_peak() {
 }
 
 #[test]
-#[ignore = "not deterministic on the CPU: a buffer freed on a gloo thread is sometimes not seen (docs/distributed.md); run with --ignored"]
 fn the_search_over_a_ddp_command_equals_an_exhaustive_scan() {
     let Some(torchrun) = torchrun("the_search_over_a_ddp_command_equals_an_exhaustive_scan") else { return };
     let _one = one_job();

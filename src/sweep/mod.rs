@@ -159,9 +159,8 @@ impl Sweep<'_> {
         }
         let who = rank.map_or(String::new(), |r| format!(" on rank {r}"));
         self.report.notes.push(format!(
-            "{NOTE} by {} between step 2 and step {}{who} at batch {}: either the script keeps tensors from \
-             step to step (a leak: a longer job peaks higher), or, on the CPU, a collective frees tensors on \
-             gloo's own threads, which the CPU profiler does not see (FSDP over gloo): measure FSDP on a GPU",
+            "{NOTE} by {} between step 2 and step {}{who} at batch {}: the script keeps tensors from step to \
+             step (a leak: a longer job peaks higher than these trials)",
             human_bytes(growth as f64),
             self.cfg.steps,
             trial.batch

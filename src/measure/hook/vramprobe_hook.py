@@ -10,8 +10,9 @@ stay inert), it:
   `vramprobe_hook.step()` marks a step by hand for custom updates or
   inference loops;
 - measures each step's memory: on CUDA the caching allocator's peak and
-  current bytes (reset after each step); on the CPU the exact tensor bytes
-  from the profiler's memory events;
+  current bytes (reset after each step); on the CPU the exact tensor bytes:
+  the CPU allocator's own total (kept on every thread) at each of the
+  profiler's memory events;
 - writes vramprobe's trial records (JSON lines) into the folder the parent
   names in VRAMPROBE_RECORDS_DIR, never to the script's stdout: a plain
   process to `records.jsonl`, each rank of a distributed job (torchrun sets
@@ -178,6 +179,7 @@ def _on_torch(torch):
     if not _on_cuda():
         from torch.profiler import ProfilerActivity, profile
 
+        _count_every_thread(torch)
         prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         prof.__enter__()
         _state["profiler"] = prof
@@ -292,21 +294,49 @@ def _step_record(n, batch, seconds, allocated, peak, reserved=None, peak_reserve
     }
 
 
+def _count_every_thread(torch):
+    """Makes the CPU allocator keep its count on every thread. Its profiler
+    events exist only on threads that carry the profiler, and by default so
+    does its count: a tensor freed on one of gloo's threads (a collective's
+    buffer, DDP's first broadcast, FSDP's reduce-scatter) would look as if it
+    were never freed. With c10's flag on, the total each event reports is the
+    whole process's, whichever thread allocated or freed."""
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        ctypes.c_bool.in_dll(lib, "FLAGS_caffe2_report_cpu_memory_usage").value = True
+    except (OSError, ValueError):
+        pass  # an unusual build: the count stays per thread
+
+
+def _allocator_totals(prof):
+    """(time, the allocator's total tensor bytes just after it) for every
+    allocation and free the profiler saw, in time order."""
+    allocation = sys.modules["torch"]._C._profiler._EventType.Allocation
+    totals, pending = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while pending:
+        node = pending.pop()
+        pending.extend(node.children)
+        if node.tag == allocation:
+            totals.append((node.start_time_ns, node.extra_fields.total_allocated))
+    return sorted(totals)
+
+
 def _cpu_steps():
-    """Per-step peak and current tensor bytes from the profiler's memory
-    events, split at the step markers."""
+    """Per-step peak and current tensor bytes from the allocator's totals at
+    its profiler events, split at the step markers."""
     prof = _state["profiler"]
     _state["profiler"] = None
     prof.__exit__(None, None, None)
-    events = prof.profiler.kineto_results.events()
-    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
-    marks = sorted(e.start_ns() for e in events if e.name().startswith("vramprobe_step_"))
+    totals = _allocator_totals(prof)
+    marks = sorted(e.start_ns() for e in prof.profiler.kineto_results.events() if e.name().startswith("vramprobe_step_"))
     records, held, i = [], 0, 0
     batch = _env_int("VRAMPROBE_BATCH", 0)
     for n, mark in enumerate(marks, start=1):
         peak = held
-        while i < len(memory) and memory[i][0] <= mark:
-            held += memory[i][1]
+        while i < len(totals) and totals[i][0] <= mark:
+            held = totals[i][1]
             peak = max(peak, held)
             i += 1
         seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
