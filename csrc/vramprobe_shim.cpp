@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/GradMode.h>
@@ -17,10 +18,14 @@
 #include <torch/headeronly/version.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace {
 
@@ -62,8 +67,70 @@ vp_stat aggregate(const c10::CachingAllocator::StatArray &stats) {
 std::atomic<int64_t> g_host_current{0};
 std::atomic<int64_t> g_host_peak{0};
 
+// The allocation ledger: every live allocation on the trial's device (by
+// pointer), and while a step is recorded, each allocation and free in order
+// with the time, the phase the trial is in and the outermost op. The trial
+// reads it back to say what the peak was made of (measure/breakdown.rs).
+struct Ledger {
+  std::mutex mu;
+  bool on = false;
+  c10::Device device{c10::DeviceType::CPU};
+  std::unordered_map<void *, int64_t> live;
+  std::vector<vp_ledger_live> baseline;
+  std::vector<vp_ledger_event> events;
+  std::chrono::steady_clock::time_point started;
+  std::unordered_map<std::string, int32_t> op_ids;
+  std::vector<std::string> op_names;
+};
+Ledger g_ledger;
+std::atomic<bool> g_recording{false};
+std::atomic<int32_t> g_phase{0};
+// The outermost op running on this thread, and how deep the ops are nested.
+thread_local int32_t t_outer_op = -1;
+thread_local int t_op_depth = 0;
+
+int32_t op_id(const char *name) {
+  std::lock_guard<std::mutex> lock(g_ledger.mu);
+  auto it = g_ledger.op_ids.find(name);
+  if (it != g_ledger.op_ids.end()) return it->second;
+  const auto id = static_cast<int32_t>(g_ledger.op_names.size());
+  g_ledger.op_names.emplace_back(name);
+  g_ledger.op_ids.emplace(name, id);
+  return id;
+}
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction &fn) {
+  if (t_op_depth++ == 0 && g_recording.load(std::memory_order_relaxed)) t_outer_op = op_id(fn.name());
+  return nullptr;
+}
+
+void on_op_end(const at::RecordFunction &, at::ObserverContext *) {
+  if (--t_op_depth <= 0) {
+    t_op_depth = 0;
+    t_outer_op = -1;
+  }
+}
+
+void ledger_report(void *ptr, int64_t alloc_size, c10::Device device) {
+  if (ptr == nullptr || alloc_size == 0) return;
+  std::lock_guard<std::mutex> lock(g_ledger.mu);
+  if (!g_ledger.on || device != g_ledger.device) return;
+  if (alloc_size > 0) {
+    g_ledger.live[ptr] = alloc_size;
+  } else {
+    g_ledger.live.erase(ptr);
+  }
+  if (!g_recording.load(std::memory_order_relaxed)) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                       g_ledger.started)
+                      .count();
+  g_ledger.events.push_back(vp_ledger_event{reinterpret_cast<uint64_t>(ptr), alloc_size, ns, t_outer_op,
+                                            g_phase.load(std::memory_order_relaxed)});
+}
+
 struct HostTracker final : public c10::MemoryReportingInfoBase {
-  void reportMemoryUsage(void *, int64_t alloc_size, size_t, size_t, c10::Device device) override {
+  void reportMemoryUsage(void *ptr, int64_t alloc_size, size_t, size_t, c10::Device device) override {
+    ledger_report(ptr, alloc_size, device);
     if (!device.is_cpu()) return;
     int64_t now = g_host_current.fetch_add(alloc_size) + alloc_size;
     int64_t peak = g_host_peak.load();
@@ -192,6 +259,60 @@ void vp_host_stats(vp_stat *out) {
 }
 
 void vp_host_reset_peak(void) { g_host_peak.store(g_host_current.load()); }
+
+int vp_ledger_start(int cuda, int index, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    {
+      std::lock_guard<std::mutex> lock(g_ledger.mu);
+      if (g_ledger.on) return;
+      g_ledger.device = cuda ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index))
+                             : c10::Device(c10::DeviceType::CPU);
+      g_ledger.on = true;
+    }
+    at::addThreadLocalCallback(at::RecordFunctionCallback(&on_op_start, &on_op_end)
+                                   .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  });
+}
+
+void vp_ledger_begin_step(void) {
+  std::lock_guard<std::mutex> lock(g_ledger.mu);
+  g_ledger.events.clear();
+  g_ledger.baseline.clear();
+  for (const auto &[ptr, size] : g_ledger.live) {
+    g_ledger.baseline.push_back(vp_ledger_live{reinterpret_cast<uint64_t>(ptr), size});
+  }
+  g_ledger.started = std::chrono::steady_clock::now();
+  g_recording.store(true);
+}
+
+void vp_ledger_end_step(size_t *baseline_len, size_t *events_len) {
+  g_recording.store(false);
+  std::lock_guard<std::mutex> lock(g_ledger.mu);
+  *baseline_len = g_ledger.baseline.size();
+  *events_len = g_ledger.events.size();
+}
+
+size_t vp_ledger_events_len(void) {
+  std::lock_guard<std::mutex> lock(g_ledger.mu);
+  return g_ledger.events.size();
+}
+
+void vp_ledger_set_phase(int phase) { g_phase.store(phase); }
+
+void vp_ledger_read(vp_ledger_live *baseline, size_t baseline_len, vp_ledger_event *events, size_t events_len) {
+  std::lock_guard<std::mutex> lock(g_ledger.mu);
+  const size_t nb = std::min(baseline_len, g_ledger.baseline.size());
+  std::copy(g_ledger.baseline.begin(), g_ledger.baseline.begin() + nb, baseline);
+  const size_t ne = std::min(events_len, g_ledger.events.size());
+  std::copy(g_ledger.events.begin(), g_ledger.events.begin() + ne, events);
+}
+
+size_t vp_ledger_op_name(int32_t id, char *out, size_t len) {
+  std::lock_guard<std::mutex> lock(g_ledger.mu);
+  if (id < 0 || static_cast<size_t>(id) >= g_ledger.op_names.size()) return 0;
+  write_err(out, len, g_ledger.op_names[id].c_str());
+  return g_ledger.op_names[id].size();
+}
 
 int vp_cpu_limit_install(int64_t limit_bytes, char *err, size_t err_len) {
   return guarded(err, err_len, [&] {

@@ -39,6 +39,35 @@ int vp_host_tracking_start(char *err, size_t err_len);
 void vp_host_stats(vp_stat *out);
 void vp_host_reset_peak(void);
 
+/* The allocation ledger, for the breakdown of a step's peak. Start it on
+ * the trial's thread after vp_host_tracking_start (it rides the same
+ * memory reports; cuda != 0 follows CUDA device `index`, else the CPU). It
+ * keeps every live allocation; between begin_step and end_step it also logs
+ * each allocation (size > 0) and free (size < 0) with nanoseconds since
+ * begin_step, the outermost op running (an id for vp_ledger_op_name, or -1)
+ * and the phase last set. end_step gives the lengths to read back. */
+typedef struct {
+  uint64_t ptr;
+  int64_t size;
+} vp_ledger_live;
+
+typedef struct {
+  uint64_t ptr;
+  int64_t size;
+  int64_t ns;
+  int32_t op;
+  int32_t phase;
+} vp_ledger_event;
+
+int vp_ledger_start(int cuda, int index, char *err, size_t err_len);
+void vp_ledger_begin_step(void);
+void vp_ledger_end_step(size_t *baseline_len, size_t *events_len);
+size_t vp_ledger_events_len(void);
+void vp_ledger_set_phase(int phase);
+void vp_ledger_read(vp_ledger_live *baseline, size_t baseline_len, vp_ledger_event *events, size_t events_len);
+/* Writes op `id`'s name (NUL-terminated, cut to len) and returns its length, or 0. */
+size_t vp_ledger_op_name(int32_t id, char *out, size_t len);
+
 /* Makes `limit_bytes` a real limit for libtorch on the CPU: installs a CPU
  * allocator that throws c10::OutOfMemoryError past it, so an OOM happens
  * inside the op, as on a GPU. Allocations made before the call do not count. */

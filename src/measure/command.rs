@@ -15,9 +15,10 @@ use crate::measure::device::{CapacityLimit, Device};
 use crate::measure::runner::TrialKind;
 
 /// The hook, embedded in the binary and written to the cache on first use.
-const HOOK_FILES: [(&str, &str); 2] = [
+const HOOK_FILES: [(&str, &str); 3] = [
     ("sitecustomize.py", include_str!("hook/sitecustomize.py")),
     ("vramprobe_hook.py", include_str!("hook/vramprobe_hook.py")),
+    ("vramprobe_breakdown.py", include_str!("hook/vramprobe_breakdown.py")),
 ];
 
 /// The placeholder a command must contain.

@@ -17,6 +17,11 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The phase's id in the allocation ledger's log (see [`crate::measure::breakdown`]).
+    pub fn ledger_id(self) -> i32 {
+        self as i32
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Phase::Build => "model build",
@@ -99,6 +104,7 @@ pub fn first_line(message: &str) -> String {
 
 /// Runs `f`, converting both `Err` and a panic into a classified error.
 pub fn guarded<T>(phase: Phase, f: impl FnOnce() -> Result<T, tch::TchError>) -> Result<T, StepError> {
+    crate::measure::shim::ledger_set_phase(phase.ledger_id());
     let was = GUARDED.with(|g| g.replace(true));
     let outcome = catch_unwind(AssertUnwindSafe(f));
     GUARDED.with(|g| g.set(was));

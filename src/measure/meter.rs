@@ -11,15 +11,18 @@ pub struct MemoryMeter {
 }
 
 impl MemoryMeter {
-    /// Opens the meter. On the CPU this starts exact host tracking, so it must
-    /// run before the model is built. Returns notes for the user (NVML missing).
+    /// Opens the meter. This starts exact host tracking and the allocation
+    /// ledger (for the peak's breakdown), so it must run before the model is built. Returns notes for the user (NVML missing).
     pub fn open(device: Device) -> Result<(MemoryMeter, Vec<String>), shim::ShimError> {
         let mut notes = Vec::new();
+        // The host tracker carries the memory reports the ledger reads, on CUDA too.
+        shim::host_tracking_start()?;
+        shim::ledger_start(match device {
+            Device::Cpu => None,
+            Device::Cuda(i) => Some(i),
+        })?;
         let nvml = match device {
-            Device::Cpu => {
-                shim::host_tracking_start()?;
-                None
-            }
+            Device::Cpu => None,
             Device::Cuda(_) => match Nvml::open() {
                 Ok(n) => Some(n),
                 Err(e) => {

@@ -4,10 +4,11 @@
 //! child and reads it ([`runner`]), the child itself ([`trial`]: one
 //! [`workload`] step after another), and what a step is made of: [`model`],
 //! [`optim`], [`precision`], [`data`], [`device`] (cpu, cuda, nvml), the [`meter`] that reads them around a step,
-//! the C++ [`shim`], the [`environment`], and TEST-ONLY [`fault`] injection.
+//! the C++ [`shim`], the peak's [`breakdown`], the [`environment`], and TEST-ONLY [`fault`] injection.
 //!
 //! May import only `units`, `interrupt` and `error`: nothing here knows
 //! about analysis, reports or the command line.
+pub mod breakdown;
 pub mod command;
 pub mod data;
 pub mod device;

@@ -176,6 +176,16 @@ impl Optimizer {
         })
     }
 
+    /// Where the state's tensors live (for the peak's breakdown); allocates nothing.
+    pub fn state_addresses(&self) -> Vec<u64> {
+        self.state
+            .iter()
+            .flat_map(|st| [&st.exp_avg, &st.exp_avg_sq, &st.momentum_buffer])
+            .flatten()
+            .map(|t| t.data_ptr() as u64)
+            .collect()
+    }
+
     /// The state as named tensors, for a checkpoint.
     pub fn state_tensors(&self) -> Vec<(String, Tensor)> {
         let mut out = vec![("optim.steps".to_string(), Tensor::from(self.steps))];

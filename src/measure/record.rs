@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::measure::breakdown::Breakdown;
 use crate::measure::device::nvml::NvmlReading;
 
 /// One training step's timings and memory readings. Fields that a device
@@ -53,6 +54,9 @@ pub struct StepRecord {
     pub nvml_process_used_bytes: Option<u64>,
     /// CPU only: the trial process's peak resident set size so far.
     pub host_peak_rss_bytes: Option<u64>,
+    /// What the step's peak is made of, when it was broken down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Box<Breakdown>>,
 }
 
 impl StepRecord {
@@ -142,6 +146,12 @@ pub enum Message {
     /// The model is built and its parameters are in place.
     Start(Box<StartRecord>),
     Step(Box<StepRecord>),
+    /// Command mode: the breakdown of a step's peak, sent with the last
+    /// records (torch's memory profile is read once the steps have run).
+    Breakdown {
+        step: u32,
+        breakdown: Box<Breakdown>,
+    },
     End {
         outcome: Outcome,
         message: Option<String>,
@@ -278,6 +288,35 @@ impl TrialResult {
     /// The highest peak allocated over the trial's steps.
     pub fn peak_allocated_bytes(&self) -> Option<u64> {
         self.steps.iter().map(|s| s.peak_allocated_bytes).max()
+    }
+
+    /// The breakdown of the step that holds the trial's peak allocated
+    /// bytes (the fullest rank's, for a distributed job; the last such step).
+    pub fn peak_breakdown(&self) -> Option<&Breakdown> {
+        self.peak_breakdown_step().map(|(_, b)| b)
+    }
+
+    /// The same, with the step it breaks down.
+    pub fn peak_breakdown_step(&self) -> Option<(&StepRecord, &Breakdown)> {
+        let peak = self.peak_allocated_bytes()?;
+        // The last such step: the steady state, past any first-step warm-up.
+        self.steps
+            .iter()
+            .rev()
+            .filter(|s| s.peak_allocated_bytes == peak)
+            .find_map(|s| s.breakdown.as_deref().map(|b| (s, b)))
+    }
+
+    /// Keeps the memory timeline of the peak's step only: the others would
+    /// only make the report larger.
+    pub fn keep_peak_timeline(&mut self) {
+        let peak = self.peak_allocated_bytes();
+        let keep = self.steps.iter().rposition(|s| Some(s.peak_allocated_bytes) == peak && s.breakdown.is_some());
+        for (i, s) in self.steps.iter_mut().enumerate() {
+            if let (Some(b), false) = (s.breakdown.as_mut(), Some(i) == keep) {
+                b.timeline.clear();
+            }
+        }
     }
 
     pub fn peak_reserved_bytes(&self) -> Option<u64> {

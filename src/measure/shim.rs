@@ -34,6 +34,13 @@ extern "C" {
     fn vp_host_stats(out: *mut RawStat);
     fn vp_host_reset_peak();
     fn vp_cpu_limit_install(limit_bytes: i64, err: *mut c_char, len: usize) -> c_int;
+    fn vp_ledger_start(cuda: c_int, index: c_int, err: *mut c_char, len: usize) -> c_int;
+    fn vp_ledger_begin_step();
+    fn vp_ledger_end_step(baseline_len: *mut usize, events_len: *mut usize);
+    fn vp_ledger_events_len() -> usize;
+    fn vp_ledger_set_phase(phase: c_int);
+    fn vp_ledger_read(baseline: *mut LedgerLive, baseline_len: usize, events: *mut LedgerEvent, events_len: usize);
+    fn vp_ledger_op_name(id: i32, out: *mut c_char, len: usize) -> usize;
 
     fn vp_tensor_add_(this: *mut c_void, other: *const c_void, alpha: f64, err: *mut c_char, len: usize) -> c_int;
     fn vp_tensor_addcmul_(
@@ -164,6 +171,76 @@ pub fn host_stats() -> Counter {
 pub fn host_reset_peak() {
     // SAFETY: no arguments.
     unsafe { vp_host_reset_peak() }
+}
+
+/// A live allocation when a step's log began: its address and bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LedgerLive {
+    pub ptr: u64,
+    pub size: i64,
+}
+
+/// One allocation (size > 0) or free (size < 0) in a step's log.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LedgerEvent {
+    pub ptr: u64,
+    pub size: i64,
+    /// Nanoseconds since the step's log began.
+    pub ns: i64,
+    /// The outermost op running (see [`ledger_op_name`]), or -1.
+    pub op: i32,
+    /// The phase last set with [`ledger_set_phase`].
+    pub phase: i32,
+}
+
+/// Starts the allocation ledger on the calling thread (after
+/// [`host_tracking_start`]): every live allocation of the trial's device,
+/// and the step logs [`ledger_begin_step`] asks for.
+pub fn ledger_start(cuda_index: Option<usize>) -> Result<(), ShimError> {
+    let (cuda, index) = (c_int::from(cuda_index.is_some()), cuda_index.unwrap_or(0) as c_int);
+    // SAFETY: plain call; errors come back through the buffer.
+    call(|e, n| unsafe { vp_ledger_start(cuda, index, e, n) })
+}
+
+/// Starts a step's log: what is live now is its baseline.
+pub fn ledger_begin_step() {
+    // SAFETY: no arguments.
+    unsafe { vp_ledger_begin_step() }
+}
+
+/// How many events the current step's log holds (a mark between phases).
+pub fn ledger_events_len() -> usize {
+    // SAFETY: no arguments.
+    unsafe { vp_ledger_events_len() }
+}
+
+/// The phase the next events belong to.
+pub fn ledger_set_phase(phase: i32) {
+    // SAFETY: plain value.
+    unsafe { vp_ledger_set_phase(phase) }
+}
+
+/// Ends the step's log and reads it back: the baseline and the events.
+pub fn ledger_end_step() -> (Vec<LedgerLive>, Vec<LedgerEvent>) {
+    let (mut nb, mut ne) = (0usize, 0usize);
+    // SAFETY: both outlive the call.
+    unsafe { vp_ledger_end_step(&mut nb, &mut ne) };
+    let mut baseline = vec![LedgerLive::default(); nb];
+    let mut events = vec![LedgerEvent::default(); ne];
+    // SAFETY: the buffers hold exactly the lengths passed; the shim copies at most that many.
+    unsafe { vp_ledger_read(baseline.as_mut_ptr(), nb, events.as_mut_ptr(), ne) };
+    (baseline, events)
+}
+
+/// The name of an op id from a ledger event.
+pub fn ledger_op_name(id: i32) -> Option<String> {
+    let mut buf = [0 as c_char; 256];
+    // SAFETY: the shim NUL-terminates within the buffer.
+    let n = unsafe { vp_ledger_op_name(id, buf.as_mut_ptr(), buf.len()) };
+    // SAFETY: as above.
+    (n > 0).then(|| unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
 }
 
 /// Makes `limit_bytes` a real limit for libtorch's CPU allocations: past it

@@ -8,10 +8,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+use crate::measure::breakdown;
 use crate::measure::device::{CapacityLimit, Device};
 use crate::measure::failure::StepError;
 use crate::measure::meter::MemoryMeter;
 use crate::measure::record::{Message, Outcome, StartRecord, StepRecord};
+use crate::measure::shim;
 use crate::measure::workload::{Workload, WorkloadConfig};
 
 /// One trial's parameters, as the parent passes them on the command line.
@@ -41,7 +43,7 @@ fn end(out: &mut impl Write, err: &StepError, failed_step: Option<u32>) -> Resul
 /// the records themselves cannot be written; step failures are outcomes.
 pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     if let (Some(limit), Device::Cpu) = (spec.limit.cpu_bytes, spec.device) {
-        crate::measure::shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;
+        shim::cpu_limit_install(limit).context("installing the CPU memory limit")?;
     }
     let (meter, notes) = MemoryMeter::open(spec.device).context("starting memory tracking")?;
     for note in notes {
@@ -73,12 +75,14 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     for step in 1..=spec.steps {
         crate::measure::fault::at_step(fault, spec.batch, step);
         meter.reset_peak();
+        shim::ledger_begin_step();
         let started = Instant::now();
         let times = match workload.step(spec.batch) {
             Ok(t) => t,
             Err(e) => return end(out, &e, Some(step)),
         };
         let wall = started.elapsed().as_secs_f64();
+        let (baseline, events) = shim::ledger_end_step();
         let mut rec = StepRecord {
             step,
             batch: spec.batch,
@@ -91,6 +95,10 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             ..StepRecord::default()
         };
         meter.read_into(&mut rec);
+        let marks = workload.breakdown_marks();
+        let breakdown =
+            breakdown::from_ledger(&baseline, &events, &marks, rec.peak_allocated_bytes, shim::ledger_op_name);
+        rec.breakdown = Some(Box::new(breakdown));
         emit(out, &Message::Step(Box::new(rec)))?;
     }
     emit(out, &Message::End { outcome: Outcome::Fits, message: None, failed_step: None })

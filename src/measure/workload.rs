@@ -6,6 +6,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, Reduction, Tensor};
 
+use crate::measure::breakdown::Marks;
 use crate::measure::device::Device;
 use crate::measure::failure::{guarded, Phase, StepError};
 use crate::measure::model::{self, InputKind, Network};
@@ -65,6 +66,8 @@ pub struct Workload {
     scaler: Option<LossScaler>,
     /// Training mode (batch statistics, dropout); eval mode for checks and tests.
     train: bool,
+    /// The last step's positions in the allocation ledger's log, and its inputs.
+    marks: Marks,
 }
 
 /// PyTorch's `GradScaler` with its defaults: the loss is multiplied by the
@@ -119,7 +122,8 @@ impl Workload {
             let scaler = (config.precision == Precision::Fp16Amp && config.mode == Mode::Train)
                 .then_some(LossScaler { scale: LossScaler::INIT, good_steps: 0 });
             let train = config.mode == Mode::Train;
-            Ok(Workload { config, device, input_kind: source.input_kind(), vs, net, optimizer, scaler, train })
+            let marks = Marks::default();
+            Ok(Workload { config, device, input_kind: source.input_kind(), vs, net, optimizer, scaler, train, marks })
         })
     }
 
@@ -261,6 +265,7 @@ impl Workload {
             Ok((out, loss))
         })?;
         let t1 = Instant::now();
+        self.marks.forward_end = shim::ledger_events_len();
         let scale = scale * self.scaler.map_or(1.0, |s| s.scale);
         let value = guarded(Phase::Backward, || {
             crate::measure::fault::before(Phase::Backward)?;
@@ -269,6 +274,7 @@ impl Workload {
             self.sync()?;
             loss.f_double_value(&[])
         })?;
+        self.marks.backward_end = shim::ledger_events_len();
         Ok(Pass {
             loss: value,
             forward_seconds: (t1 - t0).as_secs_f64(),
@@ -313,11 +319,14 @@ impl Workload {
         let t0 = Instant::now();
         let (xs, _) = self.random_batch(batch)?;
         let data = t0.elapsed().as_secs_f64();
+        self.mark_inputs(&[&xs]);
         let t1 = Instant::now();
         guarded(Phase::Forward, || {
             tch::no_grad(|| self.forward(&xs, false))?;
             self.sync()
         })?;
+        let end = shim::ledger_events_len();
+        (self.marks.forward_end, self.marks.backward_end, self.marks.step_end) = (end, end, end);
         Ok(PhaseTimes { data, forward: t1.elapsed().as_secs_f64(), ..PhaseTimes::default() })
     }
 
@@ -330,12 +339,32 @@ impl Workload {
         let t0 = Instant::now();
         let (xs, ys) = self.random_batch(batch)?;
         let data = t0.elapsed().as_secs_f64();
+        self.mark_inputs(&[&xs, &ys]);
         self.zero_grad()?;
         let pass = self.forward_backward(&xs, &ys, 1.0)?;
         let (forward, backward) = (pass.forward_seconds, pass.backward_seconds);
         let optimizer = self.optimizer_step()?;
         // A training loop's variables (input, labels, output, loss) live until the step ends.
         drop((pass, xs, ys));
+        self.marks.step_end = shim::ledger_events_len();
         Ok(PhaseTimes { data, forward, backward, optimizer })
+    }
+
+    fn mark_inputs(&mut self, inputs: &[&Tensor]) {
+        self.marks.inputs = inputs.iter().map(|t| t.data_ptr() as u64).collect();
+        self.marks.data_end = shim::ledger_events_len();
+    }
+
+    /// The last step's marks for its breakdown ([`crate::measure::breakdown::from_ledger`]),
+    /// with the parameters', gradients' and optimizer state's addresses now.
+    /// Call it after the step's log has ended: it allocates nothing itself.
+    pub fn breakdown_marks(&self) -> Marks {
+        let params = self.vs.trainable_variables();
+        let mut marks = self.marks.clone();
+        marks.parameters = params.iter().map(|p| p.data_ptr() as u64).collect();
+        marks.gradients =
+            params.iter().map(Tensor::grad).filter(Tensor::defined).map(|g| g.data_ptr() as u64).collect();
+        marks.optimizer_state = self.optimizer.state_addresses();
+        marks
     }
 }

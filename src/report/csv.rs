@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::analysis::Analysis;
 use crate::analyze::whatif::GpuPrediction;
 use crate::analyze::worldfit::WorldPrediction;
-use crate::measure::record::TrialResult;
+use crate::measure::breakdown::Category;
+use crate::measure::record::{StepRecord, TrialResult};
 use crate::units::format_input;
 
 use super::Report;
@@ -41,7 +42,54 @@ fn header_of<T: Serialize + Default>() -> Vec<String> {
 }
 
 pub fn steps_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
-    to_bytes::<crate::measure::record::StepRecord>(trials.iter().flat_map(|t| t.steps.iter()))
+    // The breakdown has its own file (breakdown.csv).
+    let steps = trials.iter().flat_map(|t| t.steps.iter()).map(|s| StepRecord { breakdown: None, ..s.clone() });
+    to_bytes::<StepRecord>(steps)
+}
+
+/// One row of `breakdown.csv`: one category of one trial's peak.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BreakdownRow {
+    pub trial: u32,
+    pub batch: u64,
+    /// The step broken down (the trial's peak step) and, for a distributed job, its rank.
+    pub step: u32,
+    pub rank: Option<u32>,
+    pub category: String,
+    pub bytes: u64,
+    /// bytes / peak_bytes.
+    pub share: f64,
+    pub peak_bytes: u64,
+    pub peak_phase: Option<String>,
+    pub peak_op: Option<String>,
+    pub peak_source: Option<String>,
+    /// ledger (vramprobe's own tensors) or torch-memory-profile (command mode).
+    pub method: String,
+}
+
+/// Every trial's peak, by category: seven rows per trial that has a breakdown.
+pub fn breakdown_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
+    let mut rows = Vec::new();
+    for t in trials {
+        let Some((step, b)) = t.peak_breakdown_step() else { continue };
+        for c in Category::ALL {
+            rows.push(BreakdownRow {
+                trial: t.trial,
+                batch: t.batch,
+                step: step.step,
+                rank: step.rank,
+                category: c.id().to_string(),
+                bytes: b.bytes.get(c),
+                share: b.bytes.get(c) as f64 / b.peak_bytes.max(1) as f64,
+                peak_bytes: b.peak_bytes,
+                peak_phase: b.phase.clone(),
+                peak_op: b.op.clone(),
+                peak_source: b.source.clone(),
+                method: b.method.id().to_string(),
+            });
+        }
+    }
+    to_bytes::<BreakdownRow>(rows)
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -95,6 +95,7 @@ pub fn run_files(report: &Report) -> anyhow::Result<Vec<RunFile>> {
     let throughput = plot::throughput_svg(report)?;
     let mut files =
         vec![("steps.csv", csv::steps_csv(&report.trials)?), ("sweep.csv", csv::sweep_csv(&report.trials)?)];
+    files.push(("breakdown.csv", csv::breakdown_csv(&report.trials)?));
     if report.analysis.is_some() {
         files.push(("plan.csv", csv::plan_csv(report)?));
     }

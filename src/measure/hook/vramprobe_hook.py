@@ -46,6 +46,7 @@ _state = {
     "last": None,
     "started": False,
     "cuda_index": None,
+    "cuda_peaks": [],
 }
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
@@ -133,6 +134,10 @@ class _TorchFinder:
         return spec
 
 
+def _breakdown_on():
+    return os.environ.get("VRAMPROBE_BREAKDOWN", "1") != "0"
+
+
 def _device():
     return os.environ.get("VRAMPROBE_DEVICE", "cpu")
 
@@ -176,11 +181,14 @@ def _on_torch(torch):
         # --capacity: the caching allocator may hold no more than this share
         # (PYTORCH_CUDA_ALLOC_CONF says the same to a torch that reads it).
         torch.cuda.set_per_process_memory_fraction(float(fraction), _cuda_index())
-    if not _on_cuda():
+    if not _on_cuda() or _breakdown_on():
         from torch.profiler import ProfilerActivity, profile
 
-        _count_every_thread(torch)
-        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        if not _on_cuda():
+            _count_every_thread(torch)
+        # The memory profile (the peak's breakdown) needs shapes and stacks too.
+        detail = {"record_shapes": True, "with_stack": True} if _breakdown_on() else {}
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, **detail)
         prof.__enter__()
         _state["profiler"] = prof
     _state["last"] = time.perf_counter()
@@ -252,24 +260,26 @@ def step(optimizer=None):
     _state["steps"] += 1
     n = _state["steps"]
     batch = _env_int("VRAMPROBE_BATCH", 0)
-    if _state["profiler"] is None:
-        seconds = _state["step_seconds"][-1]
-        i = _cuda_index()
-        _emit(
-            _step_record(
-                n,
-                batch,
-                seconds,
-                torch.cuda.memory_allocated(i),
-                torch.cuda.max_memory_allocated(i),
-                torch.cuda.memory_reserved(i),
-                torch.cuda.max_memory_reserved(i),
-            )
-        )
-        torch.cuda.reset_peak_memory_stats(i)
-    else:
+    if _state["profiler"] is not None:
+        # The step's end in the profile: the CPU's records and the breakdown split there.
         with torch.profiler.record_function(f"vramprobe_step_{n}"):
             pass
+    if _on_cuda():
+        seconds = _state["step_seconds"][-1]
+        i = _cuda_index()
+        record = _step_record(
+            n,
+            batch,
+            seconds,
+            torch.cuda.memory_allocated(i),
+            torch.cuda.max_memory_allocated(i),
+            torch.cuda.memory_reserved(i),
+            torch.cuda.max_memory_reserved(i),
+        )
+        _state["cuda_peaks"].append(record["peak_allocated_bytes"])
+        _emit(record)
+        torch.cuda.reset_peak_memory_stats(i)
+    else:
         _state["rss"].append(_peak_rss())
     if n >= _env_int("VRAMPROBE_STEPS", 3):
         _finish("fits", None, None)
@@ -310,43 +320,61 @@ def _count_every_thread(torch):
         pass  # an unusual build: the count stays per thread
 
 
-def _allocator_totals(prof):
-    """(time, the allocator's total tensor bytes just after it) for every
-    allocation and free the profiler saw, in time order."""
-    allocation = sys.modules["torch"]._C._profiler._EventType.Allocation
-    totals, pending = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while pending:
-        node = pending.pop()
-        pending.extend(node.children)
-        if node.tag == allocation:
-            totals.append((node.start_time_ns, node.extra_fields.total_allocated))
-    return sorted(totals)
+def _profiled_steps(events, marks):
+    """Each step's slice of the allocation events, split at the step
+    markers: (start, end, the event at its peak or None, the bytes held
+    when it began, its peak, when it began in ns)."""
+    steps, held, i = [], 0, 0
+    began = events[0].start_time_ns if events else 0
+    for mark in marks:
+        start, peak, peak_index, at_start = i, held, None, held
+        while i < len(events) and events[i].start_time_ns <= mark:
+            held = events[i].extra_fields.total_allocated
+            if held > peak:
+                peak, peak_index = held, i
+            i += 1
+        steps.append((start, i, peak_index, at_start, peak, began))
+        began = mark
+    return steps
 
 
-def _cpu_steps():
-    """Per-step peak and current tensor bytes from the allocator's totals at
-    its profiler events, split at the step markers."""
-    prof = _state["profiler"]
+def _profile_records(prof):
+    """Stops the profiler and emits what only its events hold: the CPU's
+    step records, and the breakdown of the (last) step with the highest peak."""
     _state["profiler"] = None
     prof.__exit__(None, None, None)
-    totals = _allocator_totals(prof)
-    marks = sorted(e.start_ns() for e in prof.profiler.kineto_results.events() if e.name().startswith("vramprobe_step_"))
-    records, held, i = [], 0, 0
-    batch = _env_int("VRAMPROBE_BATCH", 0)
-    for n, mark in enumerate(marks, start=1):
-        peak = held
-        while i < len(totals) and totals[i][0] <= mark:
-            held = totals[i][1]
-            peak = max(peak, held)
-            i += 1
-        seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
-        record = _step_record(n, batch, seconds, held, peak)
-        if n - 1 < len(_state["rss"]):
-            # The process's peak resident memory: with the tensors' peak, what
-            # lies outside PyTorch (the interpreter, libraries).
-            record["host_peak_rss_bytes"] = _state["rss"][n - 1]
-        records.append(record)
-    return records
+    torch = sys.modules["torch"]
+    device = f"cuda:{_cuda_index()}" if _on_cuda() else "cpu"
+    import vramprobe_breakdown
+
+    events, marks = vramprobe_breakdown.allocation_events(prof, torch, device, "vramprobe_step_")
+    steps = _profiled_steps(events, marks)
+    if not _on_cuda():
+        batch = _env_int("VRAMPROBE_BATCH", 0)
+        for n, (start, end, _, _, peak, _) in enumerate(steps, start=1):
+            held = events[end - 1].extra_fields.total_allocated if end > 0 else 0
+            seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
+            record = _step_record(n, batch, seconds, held, peak)
+            if n - 1 < len(_state["rss"]):
+                # The process's peak resident memory: with the tensors' peak, what
+                # lies outside PyTorch (the interpreter, libraries).
+                record["host_peak_rss_bytes"] = _state["rss"][n - 1]
+            _emit(record)
+    if not _breakdown_on() or not steps:
+        return
+    # The peak the trial reports: the CPU's from the events, CUDA's from the allocator.
+    peaks = _state["cuda_peaks"] if _on_cuda() else [s[4] for s in steps]
+    peaks = peaks[: len(steps)]
+    if not peaks:
+        return
+    n = max(range(len(peaks)), key=lambda k: (peaks[k], k))
+    start, end, peak_index, _, _, began = steps[n]
+    try:
+        record = vramprobe_breakdown.breakdown(prof, torch, events, start, end, peak_index, peaks[n], began)
+    except Exception as e:  # torch's analysis is private API: never fail the trial for it
+        print(f"vramprobe: no breakdown of the peak: {type(e).__name__}: {e}", file=sys.stderr)
+        return
+    _emit({"kind": "breakdown", "step": n + 1, "breakdown": record})
 
 
 def _finish(outcome, message, failed_step):
@@ -354,8 +382,7 @@ def _finish(outcome, message, failed_step):
         return
     _state["done"] = True
     if _state["profiler"] is not None:
-        for record in _cpu_steps():
-            _emit(record)
+        _profile_records(_state["profiler"])
     _end(outcome, message, failed_step)
 
 

@@ -164,6 +164,7 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
         stderr_text = std::fs::read_to_string(log).unwrap_or_default();
     }
     result.wall_seconds = started.elapsed().as_secs_f64();
+    result.keep_peak_timeline();
     classify(&mut result, ending, status, &stderr_text, timeout);
     if let (Some(log), Outcome::Error | Outcome::Killed | Outcome::Timeout) = (&log, result.outcome) {
         if result.outcome == Outcome::Timeout && result.steps.is_empty() {
@@ -346,6 +347,15 @@ impl Reading<'_> {
                 }
                 on_step(&rec);
                 self.result.steps.push(*rec);
+            }
+            Message::Breakdown { step, breakdown } => {
+                let rank = match source {
+                    Source::Rank(r) => Some(r),
+                    Source::Main => None,
+                };
+                if let Some(rec) = self.result.steps.iter_mut().rev().find(|s| s.step == step && s.rank == rank) {
+                    rec.breakdown = Some(breakdown);
+                }
             }
             Message::End { outcome, message, failed_step } => {
                 self.ranks.end(source, Ended { outcome, message, failed_step })
