@@ -16,4 +16,5 @@ pub mod profile;
 pub mod search;
 pub mod seqfit;
 pub mod whatif;
+pub mod why;
 pub mod worldfit;

@@ -72,7 +72,8 @@ impl Category {
         }
     }
 
-    fn index(self) -> usize {
+    /// Its place in [`Category::ALL`].
+    pub fn index(self) -> usize {
         Category::ALL.iter().position(|&c| c == self).unwrap_or(Category::ALL.len() - 1)
     }
 }
@@ -167,6 +168,8 @@ fn phase_label(id: i32) -> Option<&'static str> {
 pub struct Marks {
     /// Parameter addresses (live before the step).
     pub parameters: Vec<u64>,
+    /// The previous step's gradients (live before the step, until zero_grad frees them).
+    pub previous_gradients: Vec<u64>,
     /// Input and label addresses, and the log position after the data phase.
     pub inputs: Vec<u64>,
     pub data_end: usize,
@@ -200,6 +203,8 @@ fn category_of(life: &Life, marks: &Marks) -> Category {
     let has = |set: &[u64]| set.contains(&life.ptr);
     if life.born.is_none() && has(&marks.parameters) {
         Category::Parameters
+    } else if life.born.is_none() && has(&marks.previous_gradients) {
+        Category::Gradients
     } else if life.live_at(marks.step_end) && has(&marks.optimizer_state) {
         Category::OptimizerState
     } else if life.live_at(marks.backward_end) && has(&marks.gradients) {

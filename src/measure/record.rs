@@ -119,6 +119,11 @@ impl fmt::Display for Outcome {
 pub struct StartRecord {
     pub parameters: i64,
     pub parameter_bytes: u64,
+    /// Weight tensors of two or more dimensions (convolutions, linear
+    /// layers, embeddings): the layer count activation checkpointing's
+    /// rule of thumb takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<u32>,
     /// Bytes held after building the model, before the first step.
     pub baseline_bytes: u64,
     pub device_name: String,
@@ -169,6 +174,8 @@ pub struct TrialResult {
     pub failed_step: Option<u32>,
     pub parameters: Option<i64>,
     pub parameter_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<u32>,
     pub baseline_bytes: Option<u64>,
     pub device_name: Option<String>,
     pub device_total_bytes: Option<u64>,
@@ -210,6 +217,7 @@ impl TrialResult {
             failed_step: None,
             parameters: None,
             parameter_bytes: None,
+            layers: None,
             baseline_bytes: None,
             device_name: None,
             device_total_bytes: None,

@@ -61,6 +61,7 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
         &Message::Start(Box::new(StartRecord {
             parameters: workload.parameters(),
             parameter_bytes: workload.parameter_bytes(),
+            layers: Some(workload.layers()),
             baseline_bytes: meter.current_bytes(),
             device_name,
             device_total_bytes,

@@ -145,6 +145,11 @@ impl Workload {
         model::parameter_count(&self.vs)
     }
 
+    /// Weight tensors of two or more dimensions (see [`crate::measure::record::StartRecord::layers`]).
+    pub fn layers(&self) -> u32 {
+        self.vs.trainable_variables().iter().filter(|t| t.dim() >= 2).count() as u32
+    }
+
     pub fn parameter_bytes(&self) -> u64 {
         self.vs.trainable_variables().iter().map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64).sum()
     }
@@ -340,6 +345,7 @@ impl Workload {
         let (xs, ys) = self.random_batch(batch)?;
         let data = t0.elapsed().as_secs_f64();
         self.mark_inputs(&[&xs, &ys]);
+        self.marks.previous_gradients = self.gradient_addresses();
         self.zero_grad()?;
         let pass = self.forward_backward(&xs, &ys, 1.0)?;
         let (forward, backward) = (pass.forward_seconds, pass.backward_seconds);
@@ -353,6 +359,11 @@ impl Workload {
     fn mark_inputs(&mut self, inputs: &[&Tensor]) {
         self.marks.inputs = inputs.iter().map(|t| t.data_ptr() as u64).collect();
         self.marks.data_end = shim::ledger_events_len();
+    }
+
+    fn gradient_addresses(&self) -> Vec<u64> {
+        let params = self.vs.trainable_variables();
+        params.iter().map(Tensor::grad).filter(Tensor::defined).map(|g| g.data_ptr() as u64).collect()
     }
 
     /// The last step's marks for its breakdown ([`crate::measure::breakdown::from_ledger`]),

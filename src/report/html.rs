@@ -82,7 +82,7 @@ fn environment_rows(report: &Report) -> Rows {
 }
 
 /// The page for one run. `memory_svg` and `throughput_svg` are the run's plots.
-pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str) -> String {
+pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str, timeline_svg: Option<&str>) -> String {
     let mut body = format!(
         "<h1>vramprobe: {}</h1>\n<p>{}</p>\n<p>Status: <b>{}</b>, started {} (UTC).</p>\n",
         escape(&report.workload.model),
@@ -96,6 +96,23 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str) -> Stri
     }
     body.push_str("<h2>Memory</h2>\n");
     body.push_str(&figure(memory_svg, "Peak memory per training step against the batch (memory.svg)."));
+    if let Some(w) = super::why::why_of(report) {
+        let (label, rows) = super::why::breakdown_rows(&w);
+        body.push_str(&format!("<h2>Why the batch stops there</h2>\n<p>{}</p>\n", escape(&label)));
+        body.push_str(&html_table(&rows));
+        if let Some(note) = super::why::phase_note(&w) {
+            body.push_str(&format!("<p class=\"note\">{}</p>\n", escape(&note)));
+        }
+        if let Some(svg) = timeline_svg {
+            body.push_str(&figure(
+                svg,
+                "Memory over the max batch's peak step, stacked by category, with the capacity and the peak (timeline.svg).",
+            ));
+        }
+        let (label, rows) = super::why::change_rows(&w);
+        body.push_str(&format!("<p>{}</p>\n", escape(&label)));
+        body.push_str(&html_table(&rows));
+    }
     body.push_str("<h2>Throughput</h2>\n");
     body.push_str(&figure(throughput_svg, "Training throughput against the batch (throughput.svg)."));
     body.push_str("<h2>Trials</h2>\n");
@@ -121,7 +138,7 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str) -> Stri
     body.push_str("<h2>Environment</h2>\n");
     body.push_str(&html_table(&environment_rows(report)));
     body.push_str(
-        "<p>Files beside this page: steps.csv (every step), sweep.csv (every trial), plan.csv (the recommendation), report.json (everything), memory.svg, throughput.svg.</p>\n",
+        "<p>Files beside this page: steps.csv (every step), sweep.csv (every trial), breakdown.csv (each trial's peak by category), plan.csv (the recommendation), report.json (everything), memory.svg, throughput.svg, timeline.svg.</p>\n",
     );
     page(&format!("vramprobe: {}", report.workload.model), &body)
 }

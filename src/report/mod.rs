@@ -15,7 +15,9 @@ pub mod plan_file;
 pub mod plot;
 pub mod progress;
 pub mod table;
+pub mod timeline;
 pub mod train_log;
+pub mod why;
 
 use serde::{Deserialize, Serialize};
 
@@ -99,9 +101,13 @@ pub fn run_files(report: &Report) -> anyhow::Result<Vec<RunFile>> {
     if report.analysis.is_some() {
         files.push(("plan.csv", csv::plan_csv(report)?));
     }
-    files.push(("index.html", html::run_page(report, &memory, &throughput).into_bytes()));
+    let timeline = timeline::timeline_svg(report).transpose()?;
+    files.push(("index.html", html::run_page(report, &memory, &throughput, timeline.as_deref()).into_bytes()));
     files.push(("memory.svg", memory.into_bytes()));
     files.push(("throughput.svg", throughput.into_bytes()));
+    if let Some(t) = timeline {
+        files.push(("timeline.svg", t.into_bytes()));
+    }
     // Last: report.json is what `report` reads, so it is never newer than the rest.
     files.push(("report.json", json::report_json(report)?));
     Ok(files)

@@ -225,7 +225,18 @@ pub fn notes(report: &Report) -> Vec<String> {
     report.analysis.iter().flat_map(|a| a.notes.iter()).chain(&report.notes).cloned().collect()
 }
 
-fn render(rows: &Rows, right_from: usize) -> String {
+/// As [`render`], wrapping long cells to keep the table within `width` columns.
+pub(super) fn render_within(rows: &Rows, right_from: usize, width: u16) -> String {
+    let mut t = new_table(rows.header.iter().map(String::as_str).collect());
+    t.set_content_arrangement(comfy_table::ContentArrangement::Dynamic).set_width(width);
+    for row in &rows.rows {
+        t.add_row(row.clone());
+    }
+    right_align(&mut t, right_from);
+    format!("{t}\n")
+}
+
+pub(super) fn render(rows: &Rows, right_from: usize) -> String {
     let mut t = new_table(rows.header.iter().map(String::as_str).collect());
     for row in &rows.rows {
         t.add_row(row.clone());
@@ -247,6 +258,7 @@ pub fn summary(report: &Report) -> String {
     if let Some(rec) = recommendation_rows(report) {
         out.push_str(&render(&rec, 1));
     }
+    out.push_str(&super::why::block(report));
     if let Some((label, gpus)) = gpu_rows(report) {
         out.push_str(&label);
         out.push('\n');

@@ -216,6 +216,7 @@ def _start(torch, opt):
         # Sharded parameters (FSDP's DTensors) count at their full size.
         "parameters": sum(p.numel() for p in params),
         "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
+        "layers": sum(1 for p in params if p.dim() >= 2) if params else None,
         "baseline_bytes": 0,
         "device_name": name,
         "device_total_bytes": total,

@@ -324,6 +324,7 @@ impl Reading<'_> {
                     let r = &mut *self.result;
                     r.parameters = Some(start.parameters);
                     r.parameter_bytes = Some(start.parameter_bytes);
+                    r.layers = start.layers;
                     r.baseline_bytes = Some(start.baseline_bytes);
                     r.device_name = Some(start.device_name.clone());
                     r.device_total_bytes = start.device_total_bytes;

@@ -1,0 +1,240 @@
+//! Pure: why the batch stops where it does. The peak's breakdown at the
+//! recommended and the max batch, each category's bytes per sample across
+//! the trials, and what would change the max batch: another optimizer,
+//! bf16 autocast, activation checkpointing, gradient accumulation. Every
+//! change says what it rests on: the measured breakdown (the optimizer's
+//! state is an exact multiple of the parameters), a stated rule of thumb
+//! (bf16, checkpointing), or a measured run.
+use serde::{Deserialize, Serialize};
+
+use crate::analyze::fit::{Budget, LinearFit};
+use crate::measure::breakdown::{Breakdown, Category};
+use crate::measure::optim::OptimizerKind;
+use crate::measure::precision::Precision;
+use crate::measure::record::{Outcome, TrialResult};
+
+/// A breakdown at one of the batches the recommendation names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhyAt {
+    /// "recommended" or "max".
+    pub role: String,
+    pub batch: u64,
+    pub trial: u32,
+    /// The breakdown without its timeline.
+    pub breakdown: Breakdown,
+}
+
+/// What a prediction rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Basis {
+    /// Exact arithmetic on the measured breakdown and fit.
+    Breakdown,
+    /// A stated rule of thumb applied to the measured breakdown.
+    RuleOfThumb,
+    /// Nothing to predict: memory per step does not change.
+    Unchanged,
+}
+
+impl Basis {
+    pub fn label(self) -> &'static str {
+        match self {
+            Basis::Breakdown => "predicted from the breakdown",
+            Basis::RuleOfThumb => "rule of thumb",
+            Basis::Unchanged => "exact (memory per step unchanged)",
+        }
+    }
+}
+
+/// One change a user can make, and the max batch it would give.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub change: String,
+    /// Predicted max batch within the same budget (None: the fixed part alone does not fit).
+    pub max_batch: Option<u64>,
+    pub basis: Basis,
+    /// How it was worked out, in a sentence.
+    pub detail: String,
+}
+
+/// The "why" of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Why {
+    pub at: Vec<WhyAt>,
+    /// Each category's bytes per sample, in [`Category::ALL`]'s order: the
+    /// slope of a least-squares line over the trials that fit (one trial:
+    /// its bytes / batch for activations, temporaries and inputs, 0 for the rest).
+    pub per_sample_bytes: Vec<f64>,
+    pub changes: Vec<Change>,
+    /// The phase of each fitting trial's peak, by batch: where the peak
+    /// moves (say from the optimizer step to backward), its make-up changes.
+    pub phases: Vec<(u64, String)>,
+}
+
+/// What the workload is, as far as the changes need it.
+#[derive(Debug, Clone, Copy)]
+pub struct WhyInput<'a> {
+    pub trials: &'a [TrialResult],
+    pub fit: Option<LinearFit>,
+    pub budget: Budget,
+    pub max_batch: u64,
+    pub recommended_batch: u64,
+    /// Built-in workloads: the optimizer and precision vramprobe ran.
+    pub optimizer: Option<OptimizerKind>,
+    pub precision: Option<Precision>,
+}
+
+fn batch_dependent(c: Category) -> bool {
+    matches!(c, Category::Activations | Category::Temporaries | Category::Inputs)
+}
+
+/// Each category's bytes per sample over the trials that fit and whose
+/// peak falls in `phase` (where the peak moves to another phase, say from
+/// the optimizer step to backward, its make-up changes with it).
+pub fn per_sample(trials: &[TrialResult], phase: Option<&str>) -> Vec<f64> {
+    let broken: Vec<(u64, &Breakdown)> = trials
+        .iter()
+        .filter(|t| t.outcome == Outcome::Fits)
+        .filter_map(|t| Some((t.batch, t.peak_breakdown()?)))
+        .filter(|(_, b)| b.phase.as_deref() == phase)
+        .collect();
+    Category::ALL
+        .iter()
+        .map(|&c| {
+            let points: Vec<(u64, u64)> = broken.iter().map(|(b, d)| (*b, d.bytes.get(c))).collect();
+            match LinearFit::fit(&points) {
+                Ok(f) => f.per_sample_bytes,
+                Err(_) => match broken.iter().max_by_key(|(b, _)| *b) {
+                    Some((b, d)) if batch_dependent(c) && *b > 0 => d.bytes.get(c) as f64 / *b as f64,
+                    _ => 0.0,
+                },
+            }
+        })
+        .collect()
+}
+
+fn at_batch(trials: &[TrialResult], role: &str, batch: u64) -> Option<WhyAt> {
+    let t = trials.iter().rev().find(|t| t.batch == batch && t.outcome == Outcome::Fits)?;
+    let mut breakdown = t.peak_breakdown()?.clone();
+    breakdown.timeline.clear();
+    Some(WhyAt { role: role.to_string(), batch, trial: t.trial, breakdown })
+}
+
+/// The optimizers whose state is a whole number of parameter copies.
+const OPTIMIZERS: [(&str, u64); 3] =
+    [("SGD without momentum", 0), ("SGD with momentum", 1), ("Adam or AdamW (two moments)", 2)];
+
+fn state_copies(kind: OptimizerKind) -> u64 {
+    match kind {
+        OptimizerKind::Sgd => 1,
+        OptimizerKind::Adam | OptimizerKind::Adamw => 2,
+    }
+}
+
+/// The why of a run: None when no trial at the max batch was broken down.
+pub fn explain(input: WhyInput<'_>) -> Option<Why> {
+    let mut at: Vec<WhyAt> = Vec::new();
+    if input.recommended_batch > 0 && input.recommended_batch != input.max_batch {
+        at.extend(at_batch(input.trials, "recommended", input.recommended_batch));
+    }
+    at.extend(at_batch(input.trials, "max", input.max_batch));
+    let top = at.last()?.breakdown.clone();
+    let per_sample_bytes = per_sample(input.trials, top.phase.as_deref());
+    let mut changes = Vec::new();
+    if let Some(fit) = input.fit {
+        let budget = input.budget.budget_bytes;
+        // The line through the limiting fit at the max batch, sloped by the
+        // categories' bytes per sample: a change moves its fixed part or slope.
+        let max = input.max_batch as f64;
+        let slope: f64 = per_sample_bytes.iter().sum::<f64>().max(1.0);
+        let fixed = fit.predict(input.max_batch) - slope * max;
+        let with = |d_fixed: f64, d_slope: f64| {
+            LinearFit { fixed_bytes: fixed + d_fixed, per_sample_bytes: (slope + d_slope).max(1.0), r2: 1.0, points: 0 }
+                .max_batch_within(budget)
+        };
+        changes.push(Change {
+            change: "none (this run)".into(),
+            max_batch: with(0.0, 0.0),
+            basis: Basis::Breakdown,
+            detail: format!(
+                "the line through the peak at batch {} with the categories' bytes per sample ({} per sample): the changes below move it",
+                input.max_batch,
+                crate::units::human_bytes(slope)
+            ),
+        });
+        let params = top.bytes.get(Category::Parameters) as f64;
+        let state = top.bytes.get(Category::OptimizerState) as f64;
+        // Which optimizer ran: the built-in's, else the state's multiple of the parameters.
+        let copies_now = match input.optimizer {
+            Some(kind) => state_copies(kind),
+            None if params > 0.0 => (state / params).round() as u64,
+            None => 0,
+        };
+        if params > 0.0 {
+            for (name, copies) in OPTIMIZERS {
+                if copies == copies_now {
+                    continue;
+                }
+                let delta = copies as f64 * params - state;
+                changes.push(Change {
+                    change: format!("optimizer: {name}"),
+                    max_batch: with(delta, 0.0),
+                    basis: Basis::Breakdown,
+                    detail: format!(
+                        "optimizer state {} x parameters instead of the measured {:.2} x: {} at the peak",
+                        copies,
+                        state / params,
+                        signed(delta)
+                    ),
+                });
+            }
+        }
+        let activations = per_sample_bytes[Category::Activations.index()];
+        let fp32 = input.precision.is_none_or(|p| p == Precision::Fp32);
+        if fp32 && activations > 0.0 {
+            changes.push(Change {
+                change: "bf16 autocast".into(),
+                max_batch: with(params / 2.0, -activations / 2.0),
+                basis: Basis::RuleOfThumb,
+                detail: format!(
+                    "activations saved in bfloat16 take half ({} per sample less); autocast keeps a bfloat16 copy of the weights ({} more)",
+                    crate::units::human_bytes(activations / 2.0),
+                    crate::units::human_bytes(params / 2.0)
+                ),
+            });
+        }
+        let layers = input.trials.iter().find_map(|t| t.layers).filter(|&l| l > 1);
+        if let (Some(layers), true) = (layers, activations > 0.0) {
+            let kept = 1.0 / (layers as f64).sqrt();
+            changes.push(Change {
+                change: "activation checkpointing".into(),
+                max_batch: with(0.0, -activations * (1.0 - kept)),
+                basis: Basis::RuleOfThumb,
+                detail: format!(
+                    "activations / sqrt(layers) = / sqrt({layers}) (checkpoints every sqrt(layers) layers; each step recomputes about one more forward pass)"
+                ),
+            });
+        }
+        changes.push(Change {
+            change: "gradient accumulation".into(),
+            max_batch: with(0.0, 0.0),
+            basis: Basis::Unchanged,
+            detail: format!(
+                "k micro-batches of {} per optimizer step train at an effective batch of k x {} (vramprobe exec --target-batch N fills {{accumulation}})",
+                input.recommended_batch, input.recommended_batch
+            ),
+        });
+    }
+    let phases = input
+        .trials
+        .iter()
+        .filter(|t| t.outcome == Outcome::Fits)
+        .filter_map(|t| Some((t.batch, t.peak_breakdown()?.phase.clone()?)))
+        .collect();
+    Some(Why { at, per_sample_bytes, changes, phases })
+}
+
+fn signed(bytes: f64) -> String {
+    let sign = if bytes < 0.0 { "-" } else { "+" };
+    format!("{sign}{}", crate::units::human_bytes(bytes.abs()))
+}

@@ -1,0 +1,143 @@
+//! The "why" block: what the peak is made of at the recommended and the
+//! max batch, when it happens, and what would change the max batch (the
+//! terminal summary and index.html show the same rows).
+use crate::analyze::why::{self, Why, WhyInput};
+use crate::measure::breakdown::{Breakdown, Category};
+use crate::units::human_bytes;
+
+use super::table::Rows;
+use super::Report;
+
+/// The run's why, when its max batch was broken down.
+pub fn why_of(report: &Report) -> Option<Why> {
+    let a = report.analysis.as_ref()?;
+    // A built-in's optimizer and precision are known; a command's are read from its breakdown.
+    let builtin = report.command.is_none();
+    why::explain(WhyInput {
+        trials: &report.trials,
+        fit: a.fit,
+        budget: a.budget,
+        max_batch: a.max_batch,
+        recommended_batch: a.recommended_batch,
+        optimizer: builtin.then_some(report.workload.optimizer),
+        precision: builtin.then_some(report.workload.precision),
+    })
+}
+
+/// "in backward at OP (file:line), 12.3 ms into the step".
+pub fn moment(b: &Breakdown) -> String {
+    let mut out = format!("in {}", b.phase.as_deref().unwrap_or("an unknown phase"));
+    if let Some(op) = &b.op {
+        out.push_str(&format!(" at {op}"));
+    }
+    if let Some(source) = &b.source {
+        out.push_str(&format!(" ({source})"));
+    }
+    out.push_str(&format!(", {:.1} ms into the step", b.peak_ms));
+    out
+}
+
+fn share(bytes: u64, of: u64) -> String {
+    format!("{:.1}%", 100.0 * bytes as f64 / of.max(1) as f64)
+}
+
+/// The breakdown table: one row per category, bytes and share at each batch, bytes per sample.
+pub fn breakdown_rows(w: &Why) -> (String, Rows) {
+    let mut header = vec!["category".to_string()];
+    for at in &w.at {
+        header.push(format!("at {} ({})", at.batch, at.role));
+        header.push("share".into());
+    }
+    header.push("per sample".into());
+    let mut rows: Vec<Vec<String>> = Category::ALL
+        .iter()
+        .map(|&c| {
+            let mut row = vec![c.label().to_string()];
+            for at in &w.at {
+                let b = &at.breakdown;
+                row.push(human_bytes(b.bytes.get(c) as f64));
+                row.push(share(b.bytes.get(c), b.peak_bytes));
+            }
+            row.push(human_bytes(w.per_sample_bytes[c.index()].max(0.0)));
+            row
+        })
+        .collect();
+    let mut total = vec!["peak".to_string()];
+    for at in &w.at {
+        total.push(human_bytes(at.breakdown.peak_bytes as f64));
+        total.push("100%".into());
+    }
+    total.push(String::new());
+    rows.push(total);
+    let label = match w.at.last() {
+        Some(max) => format!(
+            "Why the batch stops at {}: the peak is reached {}; by {}:",
+            max.batch,
+            moment(&max.breakdown),
+            match max.breakdown.method {
+                crate::measure::breakdown::Method::Ledger => "vramprobe's own tensors",
+                crate::measure::breakdown::Method::TorchMemoryProfile => "torch's memory profile of your step",
+            }
+        ),
+        None => String::new(),
+    };
+    (label, Rows { header, rows })
+}
+
+/// What would change the max batch, within the same budget.
+pub fn change_rows(w: &Why) -> (String, Rows) {
+    let header = ["change", "how", "basis", "max batch"].map(String::from).to_vec();
+    let rows = w
+        .changes
+        .iter()
+        .map(|c| {
+            vec![
+                c.change.clone(),
+                c.detail.clone(),
+                c.basis.label().to_string(),
+                c.max_batch.map_or("none fits".into(), |b| b.to_string()),
+            ]
+        })
+        .collect();
+    ("What would change the max batch, within the same budget (predicted, not run):".to_string(), Rows { header, rows })
+}
+
+/// Where the trials' peaks fall, when not all in one phase: "optimizer at 4-32, backward at 64".
+pub fn phase_note(w: &Why) -> Option<String> {
+    let mut runs: Vec<(String, u64, u64)> = Vec::new();
+    let mut sorted = w.phases.clone();
+    sorted.sort();
+    for (batch, phase) in sorted {
+        match runs.last_mut() {
+            Some((p, _, hi)) if *p == phase => *hi = batch,
+            _ => runs.push((phase, batch, batch)),
+        }
+    }
+    (runs.len() > 1).then(|| {
+        let parts: Vec<String> = runs
+            .iter()
+            .map(
+                |(p, lo, hi)| if lo == hi { format!("{p} at batch {lo}") } else { format!("{p} at batches {lo}-{hi}") },
+            )
+            .collect();
+        format!("the peak moves with the batch: {} (the memory line bends where it moves)", parts.join(", "))
+    })
+}
+
+/// The block for the terminal summary.
+pub fn block(report: &Report) -> String {
+    let Some(w) = why_of(report) else { return String::new() };
+    let mut out = String::new();
+    let (label, rows) = breakdown_rows(&w);
+    out.push_str(&format!("{label}\n"));
+    out.push_str(&super::table::render(&rows, 1));
+    if let Some(note) = phase_note(&w) {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    if !w.changes.is_empty() {
+        let (label, rows) = change_rows(&w);
+        out.push_str(&format!("{label}\n"));
+        out.push_str(&super::table::render_within(&rows, 3, 140));
+    }
+    out
+}
