@@ -12,6 +12,7 @@ use crate::measure::breakdown::{Breakdown, Category};
 use crate::measure::optim::OptimizerKind;
 use crate::measure::precision::Precision;
 use crate::measure::record::{Outcome, TrialResult};
+use crate::measure::workload::WorkloadConfig;
 
 /// A breakdown at one of the batches the recommendation names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,9 +47,23 @@ impl Basis {
     }
 }
 
+/// Which change a row is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeKind {
+    /// Nothing changed: the line the others move.
+    Baseline,
+    /// An optimizer whose state is this many copies of the parameters.
+    Optimizer(u64),
+    Autocast,
+    Checkpointing,
+    Accumulation,
+}
+
 /// One change a user can make, and the max batch it would give.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Change {
+    pub kind: ChangeKind,
     pub change: String,
     /// Predicted max batch within the same budget (None: the fixed part alone does not fit).
     pub max_batch: Option<u64>,
@@ -153,6 +168,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
                 .max_batch_within(budget)
         };
         changes.push(Change {
+            kind: ChangeKind::Baseline,
             change: "none (this run)".into(),
             max_batch: with(0.0, 0.0),
             basis: Basis::Breakdown,
@@ -177,6 +193,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
                 }
                 let delta = copies as f64 * params - state;
                 changes.push(Change {
+                    kind: ChangeKind::Optimizer(copies),
                     change: format!("optimizer: {name}"),
                     max_batch: with(delta, 0.0),
                     basis: Basis::Breakdown,
@@ -193,6 +210,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         let fp32 = input.precision.is_none_or(|p| p == Precision::Fp32);
         if fp32 && activations > 0.0 {
             changes.push(Change {
+                kind: ChangeKind::Autocast,
                 change: "bf16 autocast".into(),
                 max_batch: with(params / 2.0, -activations / 2.0),
                 basis: Basis::RuleOfThumb,
@@ -207,6 +225,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         if let (Some(layers), true) = (layers, activations > 0.0) {
             let kept = 1.0 / (layers as f64).sqrt();
             changes.push(Change {
+                kind: ChangeKind::Checkpointing,
                 change: "activation checkpointing".into(),
                 max_batch: with(0.0, -activations * (1.0 - kept)),
                 basis: Basis::RuleOfThumb,
@@ -216,6 +235,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
             });
         }
         changes.push(Change {
+            kind: ChangeKind::Accumulation,
             change: "gradient accumulation".into(),
             max_batch: with(0.0, 0.0),
             basis: Basis::Unchanged,
@@ -232,6 +252,27 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         .filter_map(|t| Some((t.batch, t.peak_breakdown()?.phase.clone()?)))
         .collect();
     Some(Why { at, per_sample_bytes, changes, phases })
+}
+
+/// The row of `base`'s why that predicts a run of `other` (a built-in
+/// workload that differs from `base_workload` in its optimizer or in mixed
+/// precision only), for setting the prediction beside the measured max.
+pub fn predicted_for<'a>(why: &'a Why, base: &WorkloadConfig, other: &WorkloadConfig) -> Option<&'a Change> {
+    let same = |a: &WorkloadConfig, b: &WorkloadConfig| {
+        a.model == b.model && a.input == b.input && a.classes == b.classes && a.mode == b.mode
+    };
+    if !same(base, other) {
+        return None;
+    }
+    let kind = match (base.optimizer == other.optimizer, base.precision == other.precision) {
+        (false, true) if state_copies(base.optimizer) == state_copies(other.optimizer) => ChangeKind::Baseline,
+        (false, true) => ChangeKind::Optimizer(state_copies(other.optimizer)),
+        (true, false) if base.precision == Precision::Fp32 && other.precision.autocast().is_some() => {
+            ChangeKind::Autocast
+        }
+        _ => return None,
+    };
+    why.changes.iter().find(|c| c.kind == kind)
 }
 
 fn signed(bytes: f64) -> String {

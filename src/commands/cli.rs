@@ -104,8 +104,10 @@ pub struct WorkloadArgs {
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_negative_numbers = true)]
     pub classes: Option<i64>,
     /// Optimizer, with PyTorch's defaults (SGD with momentum 0.9) [default: adam].
-    #[arg(long, value_enum)]
-    pub optimizer: Option<OptimizerKind>,
+    /// A sweep takes a list, e.g. sgd,adam: one row each (the "why" block then
+    /// sets its predicted optimizer change beside the measured one).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub optimizer: Vec<OptimizerKind>,
     /// Learning rate [default: 0.001].
     #[arg(long, allow_hyphen_values = true, value_parser = parse_lr)]
     pub lr: Option<f64>,

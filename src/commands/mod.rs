@@ -68,7 +68,7 @@ fn base(args: &WorkloadArgs, preset: Option<profile::WorkloadProfile>) -> Result
     let mut base = Base {
         input: input.or_else(|| preset.as_ref().map(|p| p.input.clone())),
         classes: args.classes.or(preset.as_ref().map(|p| p.classes)),
-        optimizer: args.optimizer.or(preset.as_ref().map(|p| p.optimizer)).unwrap_or(OptimizerKind::Adam),
+        optimizer: args.optimizer.first().copied().or(preset.as_ref().map(|p| p.optimizer)).unwrap_or(OptimizerKind::Adam),
         lr: args.lr.or(preset.as_ref().map(|p| p.lr)).unwrap_or(DEFAULT_LR),
         model,
     };
@@ -170,6 +170,7 @@ fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
 /// One workload (check, trial): at most one precision and mode.
 fn workload_config(args: &WorkloadArgs) -> Result<WorkloadConfig> {
     let (precision, mode) = (single(&args.precision, "--precision")?, single(&args.mode, "--mode")?);
+    single(&args.optimizer, "--optimizer")?;
     resolve(&base(args, None)?, precision.unwrap_or_default(), mode.unwrap_or_default())
 }
 
@@ -198,7 +199,7 @@ fn command_label_workload() -> WorkloadConfig {
     }
 }
 
-/// The sweep's workloads, one per (precision, mode, sequence length): a
+/// The sweep's workloads, one per (optimizer, precision, mode, sequence length): a
 /// `--profile` preset, with any option given on the command line taking
 /// precedence.
 fn sweep_workloads(args: &SweepArgs) -> Result<Vec<WorkloadConfig>> {
@@ -217,16 +218,22 @@ fn sweep_workloads(args: &SweepArgs) -> Result<Vec<WorkloadConfig>> {
         (list, _) => dedup(list),
     };
     let base = base(&args.workload, preset)?;
+    let optimizers = match &args.workload.optimizer[..] {
+        [] => vec![base.optimizer],
+        list => dedup(list),
+    };
     let lengths: Vec<Option<i64>> = match &args.seq_lens {
         Some(l) => l.0.iter().map(|&t| Some(t)).collect(),
         None => vec![None],
     };
     let mut out = Vec::new();
-    for &precision in &precisions {
-        for &mode in &modes {
-            for &length in &lengths {
-                let base = Base { input: length.map(|t| vec![t]).or(base.input.clone()), ..base.clone() };
-                out.push(resolve(&base, precision, mode)?);
+    for &optimizer in &optimizers {
+        for &precision in &precisions {
+            for &mode in &modes {
+                for &length in &lengths {
+                    let input = length.map(|t| vec![t]).or(base.input.clone());
+                    out.push(resolve(&Base { input, optimizer, ..base.clone() }, precision, mode)?);
+                }
             }
         }
     }

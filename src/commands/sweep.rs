@@ -155,6 +155,7 @@ fn sweep_config(
 /// `bf16-amp-eval`, `seq-512` or `world-2-seq-512`.
 fn variant_labels(workloads: &[WorkloadConfig], at: &[Placeholders]) -> Vec<String> {
     let varies = |f: &dyn Fn(&WorkloadConfig) -> String| workloads.iter().any(|w| f(w) != f(&workloads[0]));
+    let optimizer = varies(&|w| w.optimizer.name().into());
     let precision = varies(&|w| w.precision.name().into());
     let mode = varies(&|w| w.mode.name().into());
     let input = varies(&|w| format_input(&w.input));
@@ -166,6 +167,9 @@ fn variant_labels(workloads: &[WorkloadConfig], at: &[Placeholders]) -> Vec<Stri
             let mut parts = Vec::new();
             if let (true, Some(n)) = (worlds, at.get(i).and_then(|a| a.nproc)) {
                 parts.push(format!("world-{n}"));
+            }
+            if optimizer {
+                parts.push(w.optimizer.name().to_string());
             }
             if precision {
                 parts.push(w.precision.name().to_string());
@@ -206,7 +210,7 @@ fn command_mode(args: &SweepArgs) -> Result<Option<CommandVariants>> {
         ("--precision", !w.precision.is_empty()),
         ("--mode", !w.mode.is_empty()),
         ("--classes", w.classes.is_some()),
-        ("--optimizer", w.optimizer.is_some()),
+        ("--optimizer", !w.optimizer.is_empty()),
         ("--lr", w.lr.is_some()),
     ];
     if let Some((flag, _)) = built_in_only.iter().find(|(_, given)| *given) {
@@ -392,7 +396,12 @@ fn run_variants(
         if !args.quiet {
             match command {
                 Some(_) => eprintln!("== {label} =="),
-                None => eprintln!("== {label}: {} {} ==", workload.precision.name(), workload.mode.name()),
+                None => eprintln!(
+                    "== {label}: {} {} {} ==",
+                    workload.optimizer.name(),
+                    workload.precision.name(),
+                    workload.mode.name()
+                ),
             }
         }
         let mut cfg = sweep_config(args, workload, device, note.clone())?;

@@ -274,6 +274,7 @@ pub fn summary(report: &Report) -> String {
 pub fn variants(runs: &[(String, &Report)]) -> String {
     let mut t = new_table(vec![
         "variant",
+        "optimizer",
         "precision",
         "mode",
         "input",
@@ -289,6 +290,7 @@ pub fn variants(runs: &[(String, &Report)]) -> String {
         let fit = a.and_then(|a| a.fit);
         t.add_row(vec![
             label.clone(),
+            if r.command.is_some() { "-".into() } else { r.workload.optimizer.name().to_string() },
             r.workload.precision.name().to_string(),
             r.workload.mode.name().to_string(),
             format_input(&r.workload.input),
@@ -300,8 +302,13 @@ pub fn variants(runs: &[(String, &Report)]) -> String {
             a.and_then(|a| a.headroom_bytes).map_or("-".into(), human_bytes),
         ]);
     }
-    right_align(&mut t, 4);
-    format!("{t}\n")
+    right_align(&mut t, 5);
+    let mut out = format!("{t}\n");
+    if let Some((label, rows)) = super::why::measured_rows(runs) {
+        out.push_str(&format!("{label}\n"));
+        out.push_str(&render(&rows, 3));
+    }
+    out
 }
 
 /// The lengths of a `--seq-lens` sweep and the fit across them.

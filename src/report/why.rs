@@ -141,3 +141,36 @@ pub fn block(report: &Report) -> String {
     }
     out
 }
+
+/// A sweep over optimizers or precisions: the first variant's predicted
+/// change beside each other variant's measured max batch.
+pub fn measured_rows(runs: &[(String, &Report)]) -> Option<(String, Rows)> {
+    let ((base_label, base), others) = runs.split_first()?;
+    if base.command.is_some() {
+        return None;
+    }
+    let w = why_of(base)?;
+    let rows: Vec<Vec<String>> = others
+        .iter()
+        .filter_map(|(label, r)| {
+            let change = why::predicted_for(&w, &base.workload, &r.workload)?;
+            let a = r.analysis.as_ref()?;
+            let measured = if a.capped { format!("{} (--max-batch)", a.max_batch) } else { a.max_batch.to_string() };
+            let off = change
+                .max_batch
+                .filter(|_| a.max_batch > 0)
+                .map_or("-".into(), |p| format!("{:+.1}%", 100.0 * (p as f64 / a.max_batch as f64 - 1.0)));
+            let predicted = change.max_batch.map_or("none fits".into(), |b| b.to_string());
+            Some(vec![label.clone(), change.change.clone(), change.basis.label().into(), predicted, measured, off])
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let header =
+        ["variant", "as the change", "basis", "predicted max", "measured max", "prediction off by"].map(String::from);
+    Some((
+        format!("Predicted from {base_label}'s breakdown against measured (each variant's own run):"),
+        Rows { header: header.to_vec(), rows },
+    ))
+}
