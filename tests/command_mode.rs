@@ -2,7 +2,7 @@
 //! vramprobe's Python hook. Runs the example script under the cached torch
 //! (with torchvision beside it, which ./scripts/test installs); where they
 //! are missing the tests are counted as skipped.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::{vramprobe, DEFAULT_MARGIN};
 use vramprobe::analyze::fit::LinearFit;
@@ -12,19 +12,8 @@ mod common;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_resnet18.py");
 
-/// The cached torch's python, where it has torchvision; None (a recorded skip) otherwise.
 fn python(test: &str) -> Option<String> {
-    let Ok(libtorch) = std::env::var("LIBTORCH") else {
-        common::skip(test, "LIBTORCH is not set (run through ./scripts/test, which sets it)");
-        return None;
-    };
-    let python = PathBuf::from(libtorch).join("../../../../bin/python");
-    let ok = std::process::Command::new(&python).args(["-c", "import torchvision"]).status();
-    if !ok.is_ok_and(|s| s.success()) {
-        common::skip(test, "torchvision is not installed next to the cached torch (./scripts/test installs it)");
-        return None;
-    }
-    Some(python.to_string_lossy().into_owned())
+    common::torch_python(test)
 }
 
 fn example(python: &str) -> Vec<String> {

@@ -279,3 +279,135 @@ fn signed(bytes: f64) -> String {
     let sign = if bytes < 0.0 { "-" } else { "+" };
     format!("{sign}{}", crate::units::human_bytes(bytes.abs()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::breakdown::{CategoryBytes, Method};
+    use crate::measure::record::StepRecord;
+
+    const MIB: u64 = 1 << 20;
+
+    /// SYNTHETIC (test data, not a measurement): a trial whose peak is
+    /// 100 MiB of parameters, 100 of gradients, 200 of Adam's state and
+    /// 1 MiB of activations per sample, in backward.
+    fn trial(batch: u64) -> TrialResult {
+        let bytes = CategoryBytes([100 * MIB, 100 * MIB, 200 * MIB, batch * MIB, 0, 0, 0]);
+        let breakdown = Breakdown {
+            peak_bytes: bytes.total(),
+            bytes,
+            unattributed_bytes: 0,
+            phase: Some("backward".into()),
+            op: None,
+            source: None,
+            peak_ms: 1.0,
+            method: Method::Ledger,
+            timeline: Vec::new(),
+        };
+        TrialResult {
+            outcome: Outcome::Fits,
+            layers: Some(16),
+            steps: vec![StepRecord {
+                batch,
+                peak_allocated_bytes: bytes.total(),
+                breakdown: Some(Box::new(breakdown)),
+                ..Default::default()
+            }],
+            ..TrialResult::started(0, batch, None)
+        }
+    }
+
+    fn input(trials: &[TrialResult], budget_mib: u64) -> WhyInput<'_> {
+        WhyInput {
+            trials,
+            fit: Some(LinearFit { fixed_bytes: (400 * MIB) as f64, per_sample_bytes: MIB as f64, r2: 1.0, points: 2 }),
+            budget: Budget {
+                capacity_bytes: 0,
+                margin_fraction: 0.0,
+                non_pytorch_bytes: 0,
+                budget_bytes: budget_mib * MIB,
+            },
+            max_batch: 600,
+            recommended_batch: 512,
+            optimizer: Some(OptimizerKind::Adam),
+            precision: Some(Precision::Fp32),
+        }
+    }
+
+    fn change(w: &Why, kind: ChangeKind) -> &Change {
+        w.changes.iter().find(|c| c.kind == kind).expect("the change is listed")
+    }
+
+    #[test]
+    fn each_category_has_its_bytes_per_sample() {
+        let trials = [trial(100), trial(512), trial(600)];
+        let per = per_sample(&trials, Some("backward"));
+        assert!((per[Category::Activations.index()] - MIB as f64).abs() < 1e-6);
+        assert!(per[Category::Parameters.index()].abs() < 1e-6);
+        // Another phase's trials do not count.
+        assert!(per_sample(&trials, Some("forward")).iter().all(|&b| b == 0.0));
+    }
+
+    #[test]
+    fn an_optimizer_change_moves_the_fixed_part_by_its_state() {
+        let trials = [trial(512), trial(600)];
+        let w = explain(input(&trials, 1000)).unwrap();
+        assert_eq!(
+            w.at.iter().map(|a| (a.role.as_str(), a.batch)).collect::<Vec<_>>(),
+            [("recommended", 512), ("max", 600)]
+        );
+        // 1000 MiB budget, 400 MiB fixed, 1 MiB per sample: 600 now.
+        assert_eq!(change(&w, ChangeKind::Baseline).max_batch, Some(600));
+        // SGD with momentum holds one copy, not two: 100 MiB more room.
+        assert_eq!(change(&w, ChangeKind::Optimizer(1)).max_batch, Some(700));
+        assert_eq!(change(&w, ChangeKind::Optimizer(0)).max_batch, Some(800));
+        assert!(w.changes.iter().all(|c| c.kind != ChangeKind::Optimizer(2)), "Adam ran: not a change");
+        assert_eq!(change(&w, ChangeKind::Accumulation).max_batch, Some(600));
+    }
+
+    #[test]
+    fn autocast_and_checkpointing_apply_their_stated_rules() {
+        let trials = [trial(512), trial(600)];
+        let w = explain(input(&trials, 1000)).unwrap();
+        // bf16: half a MiB per sample, 50 MiB of weight copies: (1000 - 450) / 0.5.
+        assert_eq!(change(&w, ChangeKind::Autocast).max_batch, Some(1100));
+        assert_eq!(change(&w, ChangeKind::Autocast).basis, Basis::RuleOfThumb);
+        // 16 layers: activations / 4, so a quarter MiB per sample: 600 / 0.25.
+        assert_eq!(change(&w, ChangeKind::Checkpointing).max_batch, Some(2400));
+        // Already in mixed precision: no autocast row.
+        let amp = WhyInput { precision: Some(Precision::Bf16Amp), ..input(&trials, 1000) };
+        assert!(explain(amp).unwrap().changes.iter().all(|c| c.kind != ChangeKind::Autocast));
+    }
+
+    #[test]
+    fn a_command_s_optimizer_is_read_from_its_state() {
+        let trials = [trial(600)];
+        let w = explain(WhyInput { optimizer: None, ..input(&trials, 1000) }).unwrap();
+        // The state is 2 x the parameters: Adam-like, so SGD rows are offered.
+        assert!(w.changes.iter().any(|c| c.kind == ChangeKind::Optimizer(1)));
+        assert!(w.changes.iter().all(|c| c.kind != ChangeKind::Optimizer(2)));
+    }
+
+    #[test]
+    fn a_variant_is_predicted_by_the_matching_change() {
+        let trials = [trial(512), trial(600)];
+        let w = explain(input(&trials, 1000)).unwrap();
+        let base = WorkloadConfig {
+            model: "m".into(),
+            input: vec![3, 32, 32],
+            classes: 10,
+            optimizer: OptimizerKind::Adam,
+            lr: 0.001,
+            precision: Precision::Fp32,
+            mode: crate::measure::precision::Mode::Train,
+        };
+        let sgd = WorkloadConfig { optimizer: OptimizerKind::Sgd, ..base.clone() };
+        let adamw = WorkloadConfig { optimizer: OptimizerKind::Adamw, ..base.clone() };
+        let amp = WorkloadConfig { precision: Precision::Bf16Amp, ..base.clone() };
+        let other_model = WorkloadConfig { model: "n".into(), ..sgd.clone() };
+        assert_eq!(predicted_for(&w, &base, &sgd).map(|c| c.kind), Some(ChangeKind::Optimizer(1)));
+        assert_eq!(predicted_for(&w, &base, &adamw).map(|c| c.kind), Some(ChangeKind::Baseline));
+        assert_eq!(predicted_for(&w, &base, &amp).map(|c| c.kind), Some(ChangeKind::Autocast));
+        assert_eq!(predicted_for(&w, &base, &other_model), None);
+    }
+}

@@ -68,7 +68,12 @@ fn base(args: &WorkloadArgs, preset: Option<profile::WorkloadProfile>) -> Result
     let mut base = Base {
         input: input.or_else(|| preset.as_ref().map(|p| p.input.clone())),
         classes: args.classes.or(preset.as_ref().map(|p| p.classes)),
-        optimizer: args.optimizer.first().copied().or(preset.as_ref().map(|p| p.optimizer)).unwrap_or(OptimizerKind::Adam),
+        optimizer: args
+            .optimizer
+            .first()
+            .copied()
+            .or(preset.as_ref().map(|p| p.optimizer))
+            .unwrap_or(OptimizerKind::Adam),
         lr: args.lr.or(preset.as_ref().map(|p| p.lr)).unwrap_or(DEFAULT_LR),
         model,
     };

@@ -43,7 +43,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         output::write_files(dir, &report::run_files(&report)?)?;
         if !args.quiet {
             print!("{}", table::summary(&report));
-            println!("Rewrote {}: the CSV files, memory.svg, throughput.svg, index.html", dir.display());
+            println!("Rewrote {}: {}", dir.display(), report::run_file_names(&report));
         }
         return Ok(0);
     }

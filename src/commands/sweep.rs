@@ -327,10 +327,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         let report = sweep::run(cfg, &mut Lines::new(args.quiet, args.verify_steps, dir))
             .inspect_err(|e| partial_note(e, &out_dir))?;
         print!("{}", table::summary(&report));
-        println!(
-            "Wrote {}: steps.csv, sweep.csv, plan.csv, report.json, memory.svg, throughput.svg, index.html",
-            out_dir.display()
-        );
+        println!("Wrote {}: {}", out_dir.display(), report::run_file_names(&report));
         let analysis = report.analysis.as_ref().ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
         if analysis.max_batch == 0 {
             return Err(does_not_fit(&report.workload.model, cfg, &report.trials, analysis.budget));

@@ -340,6 +340,7 @@ mod tests {
         ];
         let marks = Marks {
             parameters: vec![1],
+            previous_gradients: Vec::new(),
             inputs: vec![10],
             data_end: 1,
             forward_end: 4,

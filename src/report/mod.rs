@@ -89,6 +89,20 @@ pub const REPORT_SCHEMA_VERSION: u32 = 1;
 /// A file of a run folder: its name and its bytes.
 pub type RunFile = (&'static str, Vec<u8>);
 
+/// The names of the files [`run_files`] writes for `report`, for saying so.
+pub fn run_file_names(report: &Report) -> String {
+    let mut names = vec!["steps.csv", "sweep.csv", "breakdown.csv"];
+    if report.analysis.is_some() {
+        names.push("plan.csv");
+    }
+    names.extend(["report.json", "memory.svg", "throughput.svg"]);
+    if timeline::timeline_trial(report).is_some() {
+        names.push("timeline.svg");
+    }
+    names.push("index.html");
+    names.join(", ")
+}
+
 /// Every file of one run's folder, rendered from the report: what `sweep`
 /// writes after each trial and `vramprobe report` writes again. plan.csv
 /// only once the analysis exists (a plan needs a finished search).

@@ -87,3 +87,19 @@ pub fn pytorch_peak(test: &str, args: &[&str]) -> Option<u64> {
     let v: serde_json::Value = serde_json::from_str(line.lines().last().unwrap_or("")).unwrap();
     Some(v["peak_bytes"].as_u64().unwrap())
 }
+
+/// The cached torch's python, where it has torchvision; None (a recorded
+/// skip) otherwise.
+pub fn torch_python(test: &str) -> Option<String> {
+    let Ok(libtorch) = std::env::var("LIBTORCH") else {
+        skip(test, "LIBTORCH is not set (run through ./scripts/test, which sets it)");
+        return None;
+    };
+    let python = std::path::PathBuf::from(libtorch).join("../../../../bin/python");
+    let ok = std::process::Command::new(&python).args(["-c", "import torchvision"]).status();
+    if !ok.is_ok_and(|s| s.success()) {
+        skip(test, "torchvision is not installed next to the cached torch (./scripts/test installs it)");
+        return None;
+    }
+    Some(python.to_string_lossy().into_owned())
+}

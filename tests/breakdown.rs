@@ -1,0 +1,181 @@
+//! The peak's breakdown, on the CPU: the categories sum to the measured peak
+//! to the byte, parameters and optimizer state are what the parameter count
+//! and the optimizer imply, the categories agree with torch's own memory
+//! profile of the same step, and the timeline's highest point is the peak.
+//! Built-in resnet18 through vramprobe's ledger, and the example script in
+//! command mode through torch's memory profile. No byte count here is
+//! written down: each is measured, or follows from the model's shapes.
+use std::path::Path;
+
+use vramprobe::measure::breakdown::{Breakdown, Category};
+use vramprobe::measure::record::{Message, Outcome, StartRecord, StepRecord};
+use vramprobe::report::csv::BreakdownRow;
+use vramprobe::report::Report;
+
+use common::vramprobe;
+
+mod common;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_resnet18.py");
+const REFERENCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch_memory_profile.py");
+const RESNET: [&str; 8] = ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--device", "cpu"];
+
+fn steps_of(messages: &[Message]) -> (StartRecord, Vec<StepRecord>) {
+    let mut start = None;
+    let mut steps = Vec::new();
+    for m in messages {
+        match m {
+            Message::Start(s) => start = Some((**s).clone()),
+            Message::Step(s) => steps.push((**s).clone()),
+            _ => {}
+        }
+    }
+    (start.expect("a start record"), steps)
+}
+
+fn timeline_max(b: &Breakdown) -> u64 {
+    b.timeline.iter().map(|p| p.1.total()).max().unwrap_or(0)
+}
+
+/// Asserts what holds for every breakdown: the categories are the peak.
+fn sums_to_the_peak(step: &StepRecord) -> &Breakdown {
+    let b = step.breakdown.as_deref().expect("every step is broken down");
+    assert_eq!(b.peak_bytes, step.peak_allocated_bytes, "the breakdown is of the measured peak");
+    assert_eq!(b.bytes.total(), step.peak_allocated_bytes, "the categories sum to the peak exactly: {b:?}");
+    assert_eq!(timeline_max(b), step.peak_allocated_bytes, "the timeline's highest point is the peak");
+    b
+}
+
+#[test]
+fn a_built_in_peak_is_its_categories_to_the_byte() {
+    for (optimizer, copies) in [("adam", 2), ("sgd", 1)] {
+        let args = [&RESNET[..], &["--optimizer", optimizer, "--batch", "16"]].concat();
+        let (start, steps) = steps_of(&common::trial(&args));
+        assert_eq!(steps.len(), 3);
+        for step in &steps {
+            let b = sums_to_the_peak(step);
+            // Every byte is one vramprobe made: nothing is left unexplained.
+            assert_eq!(b.unattributed_bytes, 0, "step {}: {b:?}", step.step);
+            assert_eq!(b.bytes.get(Category::Parameters), start.parameter_bytes);
+            // The batch of images (float32) and its labels (int64).
+            assert_eq!(b.bytes.get(Category::Inputs), 16 * 3 * 32 * 32 * 4 + 16 * 8);
+            assert!(b.bytes.get(Category::Gradients) <= start.parameter_bytes);
+            assert!(b.phase.is_some() && b.op.is_some(), "the peak's moment is named: {b:?}");
+        }
+        // From step 2 the optimizer's state is in place: Adam's two moments,
+        // SGD's momentum buffer, each the size of the parameters.
+        for step in &steps[1..] {
+            let b = step.breakdown.as_deref().unwrap();
+            assert_eq!(b.bytes.get(Category::OptimizerState), copies * start.parameter_bytes, "{optimizer}");
+            let phase = b.phase.as_deref().unwrap_or_default();
+            assert!(["forward", "backward", "optimizer"].contains(&phase), "{optimizer}: peaks in {phase}");
+        }
+    }
+}
+
+#[test]
+fn a_sweep_writes_the_breakdown_the_why_and_the_timeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = vramprobe().args(["sweep", "--batches", "8,16", "--out"]).arg(&out).args(RESNET).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let summary = String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
+    assert!(summary.contains("Why the batch stops at 16"), "{summary}");
+    assert!(summary.contains("What would change the max batch"), "{summary}");
+    let report: Report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let rows: Vec<BreakdownRow> = csv_rows(&out.join("breakdown.csv"));
+    assert_eq!(rows.len(), 2 * Category::ALL.len(), "one row per trial and category");
+    for t in &report.trials {
+        let mine: Vec<&BreakdownRow> = rows.iter().filter(|r| r.trial == t.trial).collect();
+        let peak = t.peak_allocated_bytes().unwrap();
+        assert_eq!(mine.iter().map(|r| r.bytes).sum::<u64>(), peak, "trial {}", t.trial);
+        assert!(mine.iter().all(|r| r.peak_bytes == peak && r.method == "ledger"));
+        let shares: f64 = mine.iter().map(|r| r.share).sum();
+        assert!((shares - 1.0).abs() < 1e-9, "the shares add up to the peak: {shares}");
+    }
+    // The max batch's timeline is kept, and reaches exactly its peak.
+    let max = report.trials.iter().find(|t| t.batch == 16).unwrap();
+    assert_eq!(timeline_max(max.peak_breakdown().unwrap()), max.peak_allocated_bytes().unwrap());
+    let svg = std::fs::read_to_string(out.join("timeline.svg")).unwrap();
+    assert!(svg.contains("optimizer state") && svg.contains("peak"), "the timeline's legend and peak");
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("Why the batch stops there") && html.contains("<svg"), "the page shows both");
+}
+
+fn csv_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
+    csv::Reader::from_path(path).unwrap().deserialize().collect::<Result<_, _>>().unwrap()
+}
+
+/// torch's own memory profile of the example script's run at `batch`
+/// (tests/fixtures/torch_memory_profile.py): the peak and its categories.
+fn torch_profile(python: &str, batch: u64) -> (u64, Vec<(String, u64)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("profile.json");
+    let run = std::process::Command::new(python)
+        .arg(REFERENCE)
+        .arg(&out)
+        .args([EXAMPLE, "--batch-size", &batch.to_string(), "--steps", "3"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let bytes = Category::ALL.iter().map(|c| (c.id().to_string(), v["bytes"][c.id()].as_u64().unwrap())).collect();
+    (v["peak_bytes"].as_u64().unwrap(), bytes)
+}
+
+/// Each category within 1% of the peak of torch's own profile's.
+fn agrees_with_torch(b: &Breakdown, torch: &(u64, Vec<(String, u64)>)) {
+    let (peak, bytes) = torch;
+    for (c, (id, theirs)) in Category::ALL.iter().zip(bytes) {
+        assert_eq!(c.id(), id);
+        let ours = b.bytes.get(*c);
+        let off = ours.abs_diff(*theirs) as f64 / *peak as f64;
+        assert!(off <= 0.01, "{id}: {ours} B here, {theirs} B in torch's profile ({:.3}% of the peak)", off * 100.0);
+    }
+}
+
+#[test]
+fn a_commands_peak_is_torch_s_own_categories() {
+    let Some(python) = common::torch_python("a_commands_peak_is_torch_s_own_categories") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = vramprobe()
+        .args(["sweep", "--device", "cpu", "--quiet", "--batches", "16", "--out"])
+        .arg(&out)
+        .args(["--", &python, EXAMPLE, "--batch-size", "{batch}"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report: Report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let t = &report.trials[0];
+    assert_eq!(t.outcome, Outcome::Fits);
+    let (step, b) = t.peak_breakdown_step().expect("the command's peak is broken down");
+    assert_eq!(step.peak_allocated_bytes, t.peak_allocated_bytes().unwrap(), "the trial's peak step");
+    sums_to_the_peak(step);
+    assert_eq!(b.method, vramprobe::measure::breakdown::Method::TorchMemoryProfile);
+    let params = t.parameter_bytes.unwrap();
+    assert_eq!(b.bytes.get(Category::Parameters), params);
+    // The example trains with SGD and momentum: one buffer per parameter.
+    assert_eq!(b.bytes.get(Category::OptimizerState), params);
+    assert_eq!(b.phase.as_deref(), Some("backward"));
+    // The user's own line: the example's loss.backward().
+    let source = b.source.as_deref().unwrap_or_default();
+    assert!(source.contains("train_resnet18.py:"), "the peak's line in the script: {b:?}");
+    let line: usize = source.rsplit(':').next().unwrap().parse().unwrap();
+    let text = std::fs::read_to_string(EXAMPLE).unwrap();
+    assert!(text.lines().nth(line - 1).unwrap().contains("backward()"), "line {line} of the example");
+    agrees_with_torch(b, &torch_profile(&python, 16));
+}
+
+#[test]
+fn a_built_in_peak_agrees_with_torch_s_profile_of_the_same_step() {
+    let Some(python) = common::torch_python("a_built_in_peak_agrees_with_torch_s_profile_of_the_same_step") else {
+        return;
+    };
+    // vramprobe's resnet18 is torchvision's op for op; the example trains it
+    // with SGD and momentum, as --optimizer sgd does.
+    let args = [&RESNET[..], &["--optimizer", "sgd", "--batch", "16"]].concat();
+    let (_, steps) = steps_of(&common::trial(&args));
+    let last = steps.last().unwrap();
+    agrees_with_torch(sums_to_the_peak(last), &torch_profile(&python, 16));
+}
