@@ -10,8 +10,17 @@ use vramprobe::report::csv::PlanRow;
 
 mod common;
 
-const FILES: [&str; 7] =
-    ["steps.csv", "sweep.csv", "plan.csv", "report.json", "memory.svg", "throughput.svg", "index.html"];
+const FILES: [&str; 9] = [
+    "steps.csv",
+    "sweep.csv",
+    "breakdown.csv",
+    "plan.csv",
+    "report.json",
+    "memory.svg",
+    "throughput.svg",
+    "timeline.svg",
+    "index.html",
+];
 
 const WORKLOAD: [&str; 10] =
     ["--model", "squeezenet1_1", "--input", "3x32x32", "--classes", "10", "--device", "cpu", "--optimizer", "sgd"];
@@ -76,7 +85,7 @@ fn a_sweep_writes_plots_and_a_page_and_report_reproduces_them() {
     );
 
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
-    assert_eq!(html.matches("<svg").count(), 2, "both plots inline");
+    assert_eq!(html.matches("<svg").count(), 3, "the three plots inline");
     assert!(html.contains("Recommendation") && html.contains("fastest batch") && html.contains("squeezenet1_1"));
     assert!(html.contains("--batches 2,4,8"), "the exact command line");
     assert!(!html.contains("<script") && !html.contains("src=\"http"), "self-contained");
@@ -206,11 +215,11 @@ fn the_page_renders_in_headless_chromium_with_its_plots() {
             .output()
             .unwrap()
     };
-    // The DOM as the browser parsed it: both plots are SVG elements with their marks.
+    // The DOM as the browser parsed it: the three plots are SVG elements with their marks.
     let dom = run("--dump-dom");
     assert!(dom.status.success(), "{}", String::from_utf8_lossy(&dom.stderr));
     let dom = String::from_utf8_lossy(&dom.stdout);
-    assert_eq!(dom.matches("<svg").count(), 2, "{dom}");
+    assert_eq!(dom.matches("<svg").count(), 3, "{dom}");
     assert!(dom.contains("recommended 8") && dom.contains("<table>"), "{dom}");
     // And it paints: a screenshot of the page.
     let shot = dir.path().join("page.png");

@@ -1,7 +1,8 @@
 //! `index.html`: one self-contained page per run (tables, the plots inline,
 //! the environment and the exact command line). No scripts, no external
 //! files: it opens from a file system, an artifact store or an e-mail.
-use super::table::{self, Rows};
+use super::grid::Rows;
+use super::table;
 use super::Report;
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:1000px;color:#222}\

@@ -8,6 +8,7 @@
 //! Layer 3: may import `analyze`, `measure`, `units`, `interrupt`, `error`;
 //! never `sweep`, `train`, `bench` or `commands`.
 pub mod csv;
+pub mod grid;
 pub mod html;
 pub mod json;
 pub mod output;

@@ -1,30 +1,15 @@
 //! The terminal summary: trials, the fit, the recommendation and, where
 //! they apply, predictions for common GPU sizes.
-use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 use crate::analyze::analysis::SeqSummary;
 use crate::analyze::worldfit::WorldSummary;
 use crate::units::{format_input, human_bytes};
 
+use super::grid::{new_table, render, right_align, Rows};
 use super::Report;
 
 fn opt_bytes(v: Option<u64>) -> String {
     v.map(|b| human_bytes(b as f64)).unwrap_or_else(|| "-".into())
-}
-
-fn new_table(header: Vec<&str>) -> Table {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(header);
-    t
-}
-
-fn right_align(t: &mut Table, from: usize) {
-    let n = t.column_count();
-    for i in from..n {
-        if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
 }
 
 /// The first line of a summary: what was measured, where.
@@ -58,12 +43,6 @@ pub fn headline(report: &Report) -> String {
         report.device_name.as_deref().unwrap_or("?"),
         report.steps_per_trial,
     )
-}
-
-/// Rows of cells, with their header: what the terminal and HTML tables show.
-pub struct Rows {
-    pub header: Vec<String>,
-    pub rows: Vec<Vec<String>>,
 }
 
 /// One row per trial, with the measured peaks and speed.
@@ -223,26 +202,6 @@ pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
 /// Every note of the run: the analysis' and the sweep's.
 pub fn notes(report: &Report) -> Vec<String> {
     report.analysis.iter().flat_map(|a| a.notes.iter()).chain(&report.notes).cloned().collect()
-}
-
-/// As [`render`], wrapping long cells to keep the table within `width` columns.
-pub(super) fn render_within(rows: &Rows, right_from: usize, width: u16) -> String {
-    let mut t = new_table(rows.header.iter().map(String::as_str).collect());
-    t.set_content_arrangement(comfy_table::ContentArrangement::Dynamic).set_width(width);
-    for row in &rows.rows {
-        t.add_row(row.clone());
-    }
-    right_align(&mut t, right_from);
-    format!("{t}\n")
-}
-
-pub(super) fn render(rows: &Rows, right_from: usize) -> String {
-    let mut t = new_table(rows.header.iter().map(String::as_str).collect());
-    for row in &rows.rows {
-        t.add_row(row.clone());
-    }
-    right_align(&mut t, right_from);
-    format!("{t}\n")
 }
 
 pub fn summary(report: &Report) -> String {

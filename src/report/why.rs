@@ -5,7 +5,7 @@ use crate::analyze::why::{self, Why, WhyInput};
 use crate::measure::breakdown::{Breakdown, Category};
 use crate::units::human_bytes;
 
-use super::table::Rows;
+use super::grid::{self, Rows};
 use super::Report;
 
 /// The run's why, when its max batch was broken down.
@@ -130,14 +130,14 @@ pub fn block(report: &Report) -> String {
     let mut out = String::new();
     let (label, rows) = breakdown_rows(&w);
     out.push_str(&format!("{label}\n"));
-    out.push_str(&super::table::render(&rows, 1));
+    out.push_str(&grid::render(&rows, 1));
     if let Some(note) = phase_note(&w) {
         out.push_str(&format!("note: {note}\n"));
     }
     if !w.changes.is_empty() {
         let (label, rows) = change_rows(&w);
         out.push_str(&format!("{label}\n"));
-        out.push_str(&super::table::render_within(&rows, 3, 140));
+        out.push_str(&grid::render_within(&rows, 3, 140));
     }
     out
 }
