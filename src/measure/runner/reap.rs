@@ -14,7 +14,9 @@ pub fn token(trial: u32) -> String {
 }
 
 /// The live processes whose environment has `TOKEN_VAR=token` (a zombie's
-/// environment reads empty: it holds no memory and needs no kill).
+/// environment reads empty: it holds no memory and needs no kill). A process
+/// in the middle of `execve` also reads empty for a moment: the kernel swaps
+/// in its new memory before it writes the new environment there.
 pub fn processes_with(token: &str) -> Vec<i32> {
     let needle = format!("{TOKEN_VAR}={token}\0").into_bytes();
     let own = std::process::id() as i32;
@@ -30,13 +32,20 @@ pub fn processes_with(token: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Kills every process of the trial, again until none is left (one may be
-/// forking while the others die).
+/// Kills every process of the trial, again until none is left: one may be
+/// forking while the others die, or be mid-`execve` and unseen, so it stops
+/// only after two empty scans in a row.
 pub fn kill_all(token: &str) {
+    let mut empty_scans = 0;
     for _ in 0..20 {
         let pids = processes_with(token);
         if pids.is_empty() {
-            return;
+            empty_scans += 1;
+            if empty_scans == 2 {
+                return;
+            }
+        } else {
+            empty_scans = 0;
         }
         for pid in pids {
             // SAFETY: kill(2) on a process that carries this trial's token.
@@ -57,6 +66,11 @@ mod tests {
         let mut child =
             std::process::Command::new("sleep").arg("30").env(TOKEN_VAR, &token).process_group(0).spawn().unwrap();
         let pid = child.id() as i32;
+        // The child may still be inside execve, its environment not yet readable.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while processes_with(&token).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(processes_with(&token), vec![pid]);
         kill_all(&token);
         assert!(child.wait().unwrap().code().is_none(), "killed by a signal");
