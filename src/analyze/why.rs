@@ -84,6 +84,10 @@ pub struct Why {
     /// The phase of each fitting trial's peak, by batch: where the peak
     /// moves (say from the optimizer step to backward), its make-up changes.
     pub phases: Vec<(u64, String)>,
+    /// What stopped the batch when memory did not ("--max-batch stopped the search"): the
+    /// breakdown is then of the largest batch run, not of a memory limit.
+    #[serde(default)]
+    pub stopped_by: Option<String>,
 }
 
 /// What the workload is, as far as the changes need it.
@@ -94,6 +98,8 @@ pub struct WhyInput<'a> {
     pub budget: Budget,
     pub max_batch: u64,
     pub recommended_batch: u64,
+    /// The max batch is `--max-batch`'s, not memory's.
+    pub capped: bool,
     /// Built-in workloads: the optimizer and precision vramprobe ran.
     pub optimizer: Option<OptimizerKind>,
     pub precision: Option<Precision>,
@@ -251,7 +257,22 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         .filter(|t| t.outcome == Outcome::Fits)
         .filter_map(|t| Some((t.batch, t.peak_breakdown()?.phase.clone()?)))
         .collect();
-    Some(Why { at, per_sample_bytes, changes, phases })
+    let stopped_by = stopped_by(input.trials, input.max_batch, input.capped);
+    Some(Why { at, per_sample_bytes, changes, phases, stopped_by })
+}
+
+/// What stopped the batch at `max_batch`, when it was not memory: None when
+/// a larger batch ran out of memory, went over the budget or was killed.
+pub fn stopped_by(trials: &[TrialResult], max_batch: u64, capped: bool) -> Option<String> {
+    if capped {
+        return Some("--max-batch stopped the search".into());
+    }
+    let above = trials.iter().filter(|t| t.batch > max_batch).min_by_key(|t| t.batch);
+    match above {
+        None => Some("it is the largest batch run".into()),
+        Some(t) if matches!(t.outcome, Outcome::Fits | Outcome::Oom | Outcome::Killed) => None,
+        Some(t) => Some(format!("batch {} failed: {}", t.batch, t.outcome)),
+    }
 }
 
 /// The row of `base`'s why that predicts a run of `other` (a built-in
@@ -329,6 +350,7 @@ mod tests {
             },
             max_batch: 600,
             recommended_batch: 512,
+            capped: false,
             optimizer: Some(OptimizerKind::Adam),
             precision: Some(Precision::Fp32),
         }
@@ -336,6 +358,18 @@ mod tests {
 
     fn change(w: &Why, kind: ChangeKind) -> &Change {
         w.changes.iter().find(|c| c.kind == kind).expect("the change is listed")
+    }
+
+    #[test]
+    fn the_stop_is_memory_only_when_a_larger_batch_did_not_fit() {
+        let over = TrialResult { outcome: Outcome::Fits, ..trial(700) };
+        let oom = TrialResult { outcome: Outcome::Oom, ..trial(700) };
+        let error = TrialResult { outcome: Outcome::Error, ..trial(700) };
+        assert_eq!(stopped_by(&[trial(600), over], 600, false), None, "over the budget");
+        assert_eq!(stopped_by(&[trial(600), oom.clone()], 600, false), None);
+        assert_eq!(stopped_by(&[trial(600), oom], 600, true).as_deref(), Some("--max-batch stopped the search"));
+        assert_eq!(stopped_by(&[trial(600)], 600, false).as_deref(), Some("it is the largest batch run"));
+        assert_eq!(stopped_by(&[trial(600), error], 600, false).as_deref(), Some("batch 700 failed: error"));
     }
 
     #[test]

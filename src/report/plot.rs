@@ -22,6 +22,7 @@ pub(super) const GREY: RGBColor = RGBColor(150, 150, 150);
 const ORANGE: RGBColor = RGBColor(230, 120, 0);
 pub(super) const PURPLE: RGBColor = RGBColor(130, 50, 170);
 const GREEN_DARK: RGBColor = RGBColor(0, 140, 60);
+const BATCH: &str = "batch (samples per step)";
 
 /// A named series of (x, y) points and its colour.
 pub(super) type Series<'a> = (&'a str, &'a Vec<(f64, f64)>, RGBColor);
@@ -77,14 +78,13 @@ pub(super) fn svg(draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(
 /// A chart on plain f64 axes, as every plot here draws.
 pub(super) type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
-/// A chart against the batch, in the look the sweep's plots share: a
-/// caption, whole-number batch ticks, and `y_desc` on the value axis.
-fn batch_chart<'a, 'b>(
+/// A chart in the look every plot here shares: a caption, `x_desc` and
+/// `y_desc` on the axes, ticks with no more decimals than they need.
+pub(super) fn chart<'a, 'b>(
     root: &'a DrawingArea<SVGBackend<'b>, Shift>,
     title: String,
-    x_max: f64,
-    y_max: f64,
-    y_desc: &str,
+    (x_max, x_desc): (f64, &str),
+    (y_max, y_desc): (f64, &str),
 ) -> Result<Chart<'a, 'b>> {
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FONT, 20))
@@ -95,11 +95,11 @@ fn batch_chart<'a, 'b>(
         .map_err(plot_err)?;
     chart
         .configure_mesh()
-        .x_desc("batch (samples per step)")
+        .x_desc(x_desc)
         .y_desc(y_desc)
         .axis_desc_style((FONT, 16))
         .label_style((FONT, 13))
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_label_formatter(&|x| tick(*x))
         .y_label_formatter(&|y| tick(*y))
         .draw()
         .map_err(plot_err)?;
@@ -170,7 +170,7 @@ pub fn memory_svg(report: &Report) -> Result<String> {
         crate::units::format_input(&report.workload.input)
     );
     svg(|root| {
-        let mut chart = batch_chart(root, title, x_max, y_max, &format!("memory ({})", unit.name))?;
+        let mut chart = chart(root, title, (x_max, BATCH), (y_max, &format!("memory ({})", unit.name)))?;
 
         if let Some(f) = a.and_then(|a| a.fit) {
             let line: Vec<(f64, f64)> =
@@ -282,7 +282,7 @@ pub fn throughput_svg(report: &Report) -> Result<String> {
     let y_max = points.iter().chain(&over).map(|p| p.1).fold(1.0, f64::max) * 1.25;
     let title = format!("{}: training throughput against the batch (measured)", report.workload.model);
     svg(|root| {
-        let mut chart = batch_chart(root, title, x_max, y_max, "throughput (samples/s)")?;
+        let mut chart = chart(root, title, (x_max, BATCH), (y_max, "throughput (samples/s)"))?;
         chart
             .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
             .map_err(plot_err)?

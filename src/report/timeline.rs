@@ -10,7 +10,7 @@ use crate::measure::breakdown::{Breakdown, Category};
 use crate::measure::record::{Outcome, TrialResult};
 use crate::units::human_bytes;
 
-use super::plot::{plot_err, svg, tick, ByteUnit, FONT, GREY, SIZE};
+use super::plot::{chart, plot_err, svg, ByteUnit, FONT, GREY, SIZE};
 use super::Report;
 
 fn color(c: Category) -> RGBColor {
@@ -60,23 +60,8 @@ fn draw(report: &Report, trial: &TrialResult, b: &Breakdown) -> Result<String> {
         report.workload.model, trial.batch, trial.trial
     );
     svg(|root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 20))
-            .margin(18)
-            .x_label_area_size(50)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("time into the step (ms)")
-            .y_desc(format!("memory ({})", unit.name))
-            .axis_desc_style((FONT, 16))
-            .label_style((FONT, 13))
-            .x_label_formatter(&|x| tick(*x))
-            .y_label_formatter(&|y| tick(*y))
-            .draw()
-            .map_err(plot_err)?;
+        let mut chart =
+            chart(root, title, (x_max, "time into the step (ms)"), (y_max, &format!("memory ({})", unit.name)))?;
         // Stacked: draw each category's running total from the top down, so
         // the smaller totals paint over the larger.
         for k in (0..Category::ALL.len()).rev() {

@@ -19,6 +19,7 @@ pub fn why_of(report: &Report) -> Option<Why> {
         budget: a.budget,
         max_batch: a.max_batch,
         recommended_batch: a.recommended_batch,
+        capped: a.capped,
         optimizer: builtin.then_some(report.workload.optimizer),
         precision: builtin.then_some(report.workload.precision),
     })
@@ -70,15 +71,21 @@ pub fn breakdown_rows(w: &Why) -> (String, Rows) {
     total.push(String::new());
     rows.push(total);
     let label = match w.at.last() {
-        Some(max) => format!(
-            "Why the batch stops at {}: the peak is reached {}; by {}:",
-            max.batch,
-            moment(&max.breakdown),
-            match max.breakdown.method {
-                crate::measure::breakdown::Method::Ledger => "vramprobe's own tensors",
-                crate::measure::breakdown::Method::TorchMemoryProfile => "torch's memory profile of your step",
-            }
-        ),
+        Some(max) => {
+            // A search that stopped short of the memory limit says so.
+            let why = match &w.stopped_by {
+                Some(by) => format!("The batch stops at {} short of the memory limit ({by});", max.batch),
+                None => format!("Why the batch stops at {}:", max.batch),
+            };
+            format!(
+                "{why} the peak is reached {}; by {}:",
+                moment(&max.breakdown),
+                match max.breakdown.method {
+                    crate::measure::breakdown::Method::Ledger => "vramprobe's own tensors",
+                    crate::measure::breakdown::Method::TorchMemoryProfile => "torch's memory profile of your step",
+                }
+            )
+        }
         None => String::new(),
     };
     (label, Rows { header, rows })
