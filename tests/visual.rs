@@ -101,6 +101,28 @@ fn a_sweep_writes_plots_and_a_page_and_report_reproduces_them() {
     for (name, original) in FILES.iter().zip(&originals) {
         assert_eq!(&std::fs::read(copy.join(name)).unwrap(), original, "{name} differs after report");
     }
+
+    // A failure far past the boundary (a search's overshoot) stays off the
+    // batch axis, named at its edge, so the measured points keep the width.
+    let mut report: serde_json::Value = serde_json::from_slice(&originals[4]).unwrap();
+    let trials = report["trials"].as_array_mut().unwrap();
+    let mut far = trials[0].clone();
+    far["batch"] = 800.into();
+    far["outcome"] = "oom".into();
+    far["steps"] = serde_json::json!([]);
+    trials.push(far);
+    // A command's title keeps its file names, not its paths, on one line.
+    report["workload"]["model"] = "/usr/bin/python3 /home/me/project/train.py --batch-size {batch} --epochs 90".into();
+    std::fs::write(copy.join("report.json"), serde_json::to_vec(&report).unwrap()).unwrap();
+    assert!(vramprobe().arg("report").arg(&copy).arg("--quiet").output().unwrap().status.success());
+    let memory = svg(&copy.join("memory.svg"));
+    assert!(memory.contains("batch 800 (off the axis)"), "the far failure is named at the edge");
+    assert!(!memory.contains(">100<"), "the axis ends near batch 8, not at 800");
+    assert!(
+        memory.contains("python3 train.py --batch-size {batch}... 3x32x32: peak memory"),
+        "the title names the command"
+    );
+    assert!(!memory.contains("/home/me"), "no paths in the title");
 }
 
 #[test]

@@ -48,6 +48,20 @@ impl ByteUnit {
     }
 }
 
+/// What a plot's title calls the workload: a model's name, or a command
+/// with its paths cut to their file names, short enough for one line.
+pub(super) fn title_name(report: &Report) -> String {
+    const MAX: usize = 40;
+    let words: Vec<&str> =
+        report.workload.model.split_whitespace().map(|w| w.rsplit('/').next().unwrap_or(w)).collect();
+    let name = words.join(" ");
+    if name.chars().count() <= MAX {
+        name
+    } else {
+        name.chars().take(MAX - 3).collect::<String>() + "..."
+    }
+}
+
 /// A tick label with no more decimals than it needs.
 pub(super) fn tick(v: f64) -> String {
     if (v - v.round()).abs() < 1e-9 {
@@ -153,8 +167,13 @@ pub fn memory_svg(report: &Report) -> Result<String> {
         report.trials.iter().filter(|t| t.outcome != Outcome::Fits).map(|t| t.batch as f64).collect();
     let a = report.analysis.as_ref();
 
-    let max_tried = report.trials.iter().map(|t| t.batch).max().unwrap_or(1) as f64;
-    let x_max = (max_tried.max(a.map_or(0, |a| a.recommended_batch) as f64) * 1.1).max(2.0);
+    // The axis ends just past the boundary: the largest batch that fit and
+    // the first failure above it, at most twice as far. A search's far
+    // overshoot (an OOM at 30x the max) would squash every measured point
+    // into the left edge, so failures beyond are drawn at the edge, named.
+    let fitted = allocated.iter().map(|p| p.0).fold(a.map_or(0, |a| a.recommended_batch) as f64, f64::max);
+    let boundary = failed.iter().copied().filter(|&x| x > fitted).fold(2.0 * fitted, f64::min);
+    let x_max = (fitted.max(boundary) * 1.1).max(2.0);
     let fit_end = a.and_then(|a| a.fit).map(|f| f.predict(x_max.ceil() as u64));
     let data_max = allocated.iter().chain(&reserved).chain(&nvml).map(|p| p.1).chain(fit_end).fold(1.0, f64::max);
     // Capacity and budget are drawn when they are on the same scale as the
@@ -164,11 +183,8 @@ pub fn memory_svg(report: &Report) -> Result<String> {
     let unit = ByteUnit::for_max(y_max_bytes);
     let y_max = unit.of(y_max_bytes);
 
-    let title = format!(
-        "{} {}: peak memory per training step against the batch",
-        report.workload.model,
-        crate::units::format_input(&report.workload.input)
-    );
+    let name = format!("{} {}", title_name(report), crate::units::format_input(&report.workload.input));
+    let title = format!("{}: peak memory per training step against the batch", name.trim_end());
     svg(|root| {
         let mut chart = chart(root, title, (x_max, BATCH), (y_max, &format!("memory ({})", unit.name)))?;
 
@@ -197,11 +213,20 @@ pub fn memory_svg(report: &Report) -> Result<String> {
                 .legend(move |(x, y)| Circle::new((x + 12, y), 5, color.filled()));
         }
         if !failed.is_empty() {
+            let edge = x_max / 1.1 * 1.07;
             chart
-                .draw_series(failed.iter().map(|&x| Cross::new((x, y_max * 0.9), 8, RED.stroke_width(3))))
+                .draw_series(failed.iter().map(|&x| Cross::new((x.min(edge), y_max * 0.9), 8, RED.stroke_width(3))))
                 .map_err(plot_err)?
                 .label("out of memory or failed (no peak measured)")
                 .legend(|(x, y)| Cross::new((x + 12, y), 6, RED.stroke_width(3)));
+            let mut beyond: Vec<f64> = failed.iter().copied().filter(|&x| x > edge).collect();
+            beyond.sort_by(f64::total_cmp);
+            let beyond: Vec<String> = beyond.iter().map(|x| format!("{x:.0}")).collect();
+            if !beyond.is_empty() {
+                let style = (FONT, 13).into_font().color(&RED).pos(Pos::new(HPos::Right, VPos::Top));
+                let text = format!("batch {} (off the axis) ", beyond.join(", "));
+                chart.draw_series(std::iter::once(Text::new(text, (edge, y_max * 0.87), style))).map_err(plot_err)?;
+            }
         }
         if let Some(b) = budget {
             for (name, bytes, color) in [
@@ -280,7 +305,7 @@ pub fn throughput_svg(report: &Report) -> Result<String> {
     let (points, over) = (speed(true), speed(false));
     let x_max = (points.iter().chain(&over).map(|p| p.0).fold(1.0, f64::max) * 1.1).max(2.0);
     let y_max = points.iter().chain(&over).map(|p| p.1).fold(1.0, f64::max) * 1.25;
-    let title = format!("{}: training throughput against the batch (measured)", report.workload.model);
+    let title = format!("{}: training throughput against the batch (measured)", title_name(report));
     svg(|root| {
         let mut chart = chart(root, title, (x_max, BATCH), (y_max, "throughput (samples/s)"))?;
         chart

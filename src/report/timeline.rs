@@ -10,7 +10,7 @@ use crate::measure::breakdown::{Breakdown, Category};
 use crate::measure::record::{Outcome, TrialResult};
 use crate::units::human_bytes;
 
-use super::plot::{chart, plot_err, svg, ByteUnit, FONT, GREY, SIZE};
+use super::plot::{chart, plot_err, svg, title_name, ByteUnit, FONT, GREY, SIZE};
 use super::Report;
 
 fn color(c: Category) -> RGBColor {
@@ -57,7 +57,9 @@ fn draw(report: &Report, trial: &TrialResult, b: &Breakdown) -> Result<String> {
     let y_max = unit.of(y_max_bytes);
     let title = format!(
         "{}: memory over the peak step at batch {} (trial {}), by category",
-        report.workload.model, trial.batch, trial.trial
+        title_name(report),
+        trial.batch,
+        trial.trial
     );
     svg(|root| {
         let mut chart =
