@@ -100,6 +100,9 @@ pub struct WhyInput<'a> {
     pub recommended_batch: u64,
     /// The max batch is `--max-batch`'s, not memory's.
     pub capped: bool,
+    /// Training steps (an inference sweep has no optimizer to change and no
+    /// gradients to accumulate).
+    pub training: bool,
     /// Built-in workloads: the optimizer and precision vramprobe ran.
     pub optimizer: Option<OptimizerKind>,
     pub precision: Option<Precision>,
@@ -192,7 +195,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
             None if params > 0.0 => (state / params).round() as u64,
             None => 0,
         };
-        if params > 0.0 {
+        if params > 0.0 && input.training {
             for (name, copies) in OPTIMIZERS {
                 if copies == copies_now {
                     continue;
@@ -240,7 +243,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
                 ),
             });
         }
-        changes.push(Change {
+        changes.extend(input.training.then(|| Change {
             kind: ChangeKind::Accumulation,
             change: "gradient accumulation".into(),
             max_batch: with(0.0, 0.0),
@@ -249,7 +252,11 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
                 "k micro-batches of {} per optimizer step train at an effective batch of k x {} (vramprobe exec --target-batch N fills {{accumulation}})",
                 input.recommended_batch, input.recommended_batch
             ),
-        });
+        }));
+    }
+    // The baseline alone (inference in bf16, say) changes nothing: no table.
+    if changes.len() == 1 {
+        changes.clear();
     }
     let phases = input
         .trials
@@ -351,6 +358,7 @@ mod tests {
             max_batch: 600,
             recommended_batch: 512,
             capped: false,
+            training: true,
             optimizer: Some(OptimizerKind::Adam),
             precision: Some(Precision::Fp32),
         }
@@ -411,6 +419,27 @@ mod tests {
         // Already in mixed precision: no autocast row.
         let amp = WhyInput { precision: Some(Precision::Bf16Amp), ..input(&trials, 1000) };
         assert!(explain(amp).unwrap().changes.iter().all(|c| c.kind != ChangeKind::Autocast));
+    }
+
+    #[test]
+    fn an_inference_sweep_has_no_optimizer_or_accumulation_to_change() {
+        let trials = [trial(512), trial(600)];
+        let w = explain(WhyInput { training: false, ..input(&trials, 1000) }).unwrap();
+        assert!(w.changes.iter().all(|c| !matches!(c.kind, ChangeKind::Optimizer(_) | ChangeKind::Accumulation)));
+        // Autocast and checkpointing remain (the activations are not empty here).
+        assert_eq!(change(&w, ChangeKind::Baseline).max_batch, Some(600));
+        // Nothing held for backward (so nothing to checkpoint) and already
+        // in bf16: nothing is left to change, and no table is drawn.
+        let inference: Vec<TrialResult> = [512, 600]
+            .map(|b| {
+                let mut t = trial(b);
+                let b = t.steps[0].breakdown.as_mut().unwrap();
+                b.bytes = CategoryBytes([100 * MIB, 0, 0, 0, t.batch * MIB, 0, 0]);
+                t
+            })
+            .to_vec();
+        let amp = WhyInput { training: false, precision: Some(Precision::Bf16Amp), ..input(&inference, 1000) };
+        assert!(explain(amp).unwrap().changes.is_empty());
     }
 
     #[test]

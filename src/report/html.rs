@@ -110,9 +110,11 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str, timelin
                 "Memory over the max batch's peak step, stacked by category, with the capacity and the peak (timeline.svg).",
             ));
         }
-        let (label, rows) = super::why::change_rows(&w);
-        body.push_str(&format!("<p>{}</p>\n", escape(&label)));
-        body.push_str(&html_table(&rows));
+        if !w.changes.is_empty() {
+            let (label, rows) = super::why::change_rows(&w);
+            body.push_str(&format!("<p>{}</p>\n", escape(&label)));
+            body.push_str(&html_table(&rows));
+        }
     }
     body.push_str("<h2>Throughput</h2>\n");
     body.push_str(&figure(throughput_svg, "Training throughput against the batch (throughput.svg)."));

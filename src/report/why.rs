@@ -20,6 +20,7 @@ pub fn why_of(report: &Report) -> Option<Why> {
         max_batch: a.max_batch,
         recommended_batch: a.recommended_batch,
         capped: a.capped,
+        training: !builtin || report.workload.mode == crate::measure::precision::Mode::Train,
         optimizer: builtin.then_some(report.workload.optimizer),
         precision: builtin.then_some(report.workload.precision),
     })
