@@ -213,6 +213,7 @@ pub fn memory_svg(report: &Report) -> Result<String> {
                 .legend(move |(x, y)| Circle::new((x + 12, y), 5, color.filled()));
         }
         if !failed.is_empty() {
+            // Just inside the axis' end (x_max is the boundary plus 10%).
             let edge = x_max / 1.1 * 1.07;
             chart
                 .draw_series(failed.iter().map(|&x| Cross::new((x.min(edge), y_max * 0.9), 8, RED.stroke_width(3))))
