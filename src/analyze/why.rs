@@ -80,6 +80,10 @@ pub struct Why {
     /// slope of a least-squares line over the trials that fit (one trial:
     /// its bytes / batch for activations, temporaries and inputs, 0 for the rest).
     pub per_sample_bytes: Vec<f64>,
+    /// The slopes come from one trial (bytes / batch): upper bounds for the
+    /// categories that grow with the batch, not fits.
+    #[serde(default)]
+    pub per_sample_from_one_trial: bool,
     pub changes: Vec<Change>,
     /// The phase of each fitting trial's peak, by batch: where the peak
     /// moves (say from the optimizer step to backward), its make-up changes.
@@ -114,15 +118,16 @@ fn batch_dependent(c: Category) -> bool {
 
 /// Each category's bytes per sample over the trials that fit and whose
 /// peak falls in `phase` (where the peak moves to another phase, say from
-/// the optimizer step to backward, its make-up changes with it).
-pub fn per_sample(trials: &[TrialResult], phase: Option<&str>) -> Vec<f64> {
+/// the optimizer step to backward, its make-up changes with it), and
+/// whether they rest on one batch only (then bytes / batch, not a fit).
+pub fn per_sample(trials: &[TrialResult], phase: Option<&str>) -> (Vec<f64>, bool) {
     let broken: Vec<(u64, &Breakdown)> = trials
         .iter()
         .filter(|t| t.outcome == Outcome::Fits)
         .filter_map(|t| Some((t.batch, t.peak_breakdown()?)))
         .filter(|(_, b)| b.phase.as_deref() == phase)
         .collect();
-    Category::ALL
+    let slopes = Category::ALL
         .iter()
         .map(|&c| {
             let points: Vec<(u64, u64)> = broken.iter().map(|(b, d)| (*b, d.bytes.get(c))).collect();
@@ -134,7 +139,9 @@ pub fn per_sample(trials: &[TrialResult], phase: Option<&str>) -> Vec<f64> {
                 },
             }
         })
-        .collect()
+        .collect();
+    let batches: std::collections::BTreeSet<u64> = broken.iter().map(|(b, _)| *b).collect();
+    (slopes, batches.len() < 2)
 }
 
 fn at_batch(trials: &[TrialResult], role: &str, batch: u64) -> Option<WhyAt> {
@@ -163,7 +170,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
     }
     at.extend(at_batch(input.trials, "max", input.max_batch));
     let top = at.last()?.breakdown.clone();
-    let per_sample_bytes = per_sample(input.trials, top.phase.as_deref());
+    let (per_sample_bytes, per_sample_from_one_trial) = per_sample(input.trials, top.phase.as_deref());
     let mut changes = Vec::new();
     if let Some(fit) = input.fit {
         let budget = input.budget.budget_bytes;
@@ -265,7 +272,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         .filter_map(|t| Some((t.batch, t.peak_breakdown()?.phase.clone()?)))
         .collect();
     let stopped_by = stopped_by(input.trials, input.max_batch, input.capped);
-    Some(Why { at, per_sample_bytes, changes, phases, stopped_by })
+    Some(Why { at, per_sample_bytes, per_sample_from_one_trial, changes, phases, stopped_by })
 }
 
 /// What stopped the batch at `max_batch`, when it was not memory: None when
@@ -383,11 +390,15 @@ mod tests {
     #[test]
     fn each_category_has_its_bytes_per_sample() {
         let trials = [trial(100), trial(512), trial(600)];
-        let per = per_sample(&trials, Some("backward"));
+        let (per, one) = per_sample(&trials, Some("backward"));
+        assert!(!one, "three trials: fitted");
         assert!((per[Category::Activations.index()] - MIB as f64).abs() < 1e-6);
         assert!(per[Category::Parameters.index()].abs() < 1e-6);
         // Another phase's trials do not count.
-        assert!(per_sample(&trials, Some("forward")).iter().all(|&b| b == 0.0));
+        assert!(per_sample(&trials, Some("forward")).0.iter().all(|&b| b == 0.0));
+        // One trial: bytes / batch, flagged as such.
+        let (per, one) = per_sample(&trials[2..], Some("backward"));
+        assert!(one && (per[Category::Activations.index()] - MIB as f64).abs() < 1e-6);
     }
 
     #[test]

@@ -60,7 +60,13 @@ pub fn breakdown_rows(w: &Why) -> (String, Rows) {
                 row.push(human_bytes(b.bytes.get(c) as f64));
                 row.push(share(b.bytes.get(c), b.peak_bytes));
             }
-            row.push(human_bytes(w.per_sample_bytes[c.index()].max(0.0)));
+            // From one trial, bytes / batch bounds a growing category's slope from above.
+            let per = human_bytes(w.per_sample_bytes[c.index()].max(0.0));
+            row.push(if w.per_sample_from_one_trial && w.per_sample_bytes[c.index()] > 0.0 {
+                format!("<= {per}")
+            } else {
+                per
+            });
             row
         })
         .collect();
