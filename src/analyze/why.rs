@@ -127,21 +127,22 @@ pub fn per_sample(trials: &[TrialResult], phase: Option<&str>) -> (Vec<f64>, boo
         .filter_map(|t| Some((t.batch, t.peak_breakdown()?)))
         .filter(|(_, b)| b.phase.as_deref() == phase)
         .collect();
+    // The fit needs two batches; with one, bytes / batch bounds the slope.
+    let batches: std::collections::BTreeSet<u64> = broken.iter().map(|(b, _)| *b).collect();
+    let one = batches.len() < 2;
+    let largest = broken.iter().max_by_key(|(b, _)| *b);
     let slopes = Category::ALL
         .iter()
-        .map(|&c| {
-            let points: Vec<(u64, u64)> = broken.iter().map(|(b, d)| (*b, d.bytes.get(c))).collect();
-            match LinearFit::fit(&points) {
-                Ok(f) => f.per_sample_bytes,
-                Err(_) => match broken.iter().max_by_key(|(b, _)| *b) {
-                    Some((b, d)) if batch_dependent(c) && *b > 0 => d.bytes.get(c) as f64 / *b as f64,
-                    _ => 0.0,
-                },
+        .map(|&c| match largest {
+            Some((b, d)) if one && batch_dependent(c) && *b > 0 => d.bytes.get(c) as f64 / *b as f64,
+            _ if one => 0.0,
+            _ => {
+                let points: Vec<(u64, u64)> = broken.iter().map(|(b, d)| (*b, d.bytes.get(c))).collect();
+                LinearFit::fit(&points).map_or(0.0, |f| f.per_sample_bytes)
             }
         })
         .collect();
-    let batches: std::collections::BTreeSet<u64> = broken.iter().map(|(b, _)| *b).collect();
-    (slopes, batches.len() < 2)
+    (slopes, one)
 }
 
 fn at_batch(trials: &[TrialResult], role: &str, batch: u64) -> Option<WhyAt> {

@@ -220,9 +220,9 @@ pub fn memory_svg(report: &Report) -> Result<String> {
                 .map_err(plot_err)?
                 .label("out of memory or failed (no peak measured)")
                 .legend(|(x, y)| Cross::new((x + 12, y), 6, RED.stroke_width(3)));
-            let mut beyond: Vec<f64> = failed.iter().copied().filter(|&x| x > edge).collect();
-            beyond.sort_by(f64::total_cmp);
-            let beyond: Vec<String> = beyond.iter().map(|x| format!("{x:.0}")).collect();
+            let mut beyond: Vec<u64> = failed.iter().filter(|&&x| x > edge).map(|&x| x as u64).collect();
+            beyond.sort_unstable();
+            let beyond: Vec<String> = beyond.iter().map(u64::to_string).collect();
             if !beyond.is_empty() {
                 let style = (FONT, 13).into_font().color(&RED).pos(Pos::new(HPos::Right, VPos::Top));
                 let text = format!("batch {} (off the axis) ", beyond.join(", "));

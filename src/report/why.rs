@@ -61,12 +61,9 @@ pub fn breakdown_rows(w: &Why) -> (String, Rows) {
                 row.push(share(b.bytes.get(c), b.peak_bytes));
             }
             // From one trial, bytes / batch bounds a growing category's slope from above.
-            let per = human_bytes(w.per_sample_bytes[c.index()].max(0.0));
-            row.push(if w.per_sample_from_one_trial && w.per_sample_bytes[c.index()] > 0.0 {
-                format!("<= {per}")
-            } else {
-                per
-            });
+            let per = w.per_sample_bytes[c.index()];
+            let shown = human_bytes(per.max(0.0));
+            row.push(if w.per_sample_from_one_trial && per > 0.0 { format!("<= {shown}") } else { shown });
             row
         })
         .collect();
