@@ -82,7 +82,7 @@ fn plan_predicts_gpus_and_its_rows_are_accepted_by_check() {
         let expected = ((r.budget_bytes as f64 - r.fixed_bytes.unwrap() as f64) / r.per_sample_bytes.unwrap() as f64)
             .floor() as u64;
         assert!(r.max_batch.abs_diff(expected) <= 1, "{}: {} vs {expected}", r.device_name, r.max_batch);
-        assert!(!r.recommended_verified && !r.exact && r.strategy == "predicted-from-cpu");
+        assert!(!r.recommended_verified && !r.exact && r.strategy.unwrap().to_string() == "predicted-from-cpu");
     }
     let bigger: Vec<u64> = rows.iter().map(|r| r.max_batch).collect();
     assert!(bigger[11] > bigger[2], "an 80 GB A100 holds more than an 8 GB RTX 3070");

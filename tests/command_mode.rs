@@ -57,7 +57,21 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
     // Every trial kept the script's own output and the hook's records.
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("run/report.json")).unwrap()).unwrap();
-    assert_eq!(report["command"]["argv"][1], EXAMPLE);
+    assert_eq!(report["subject"]["argv"][1], EXAMPLE);
+    // Only what is true of a command: no model, input, optimizer or precision of vramprobe's invention.
+    let subject: Vec<&str> = report["subject"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(subject, ["argv", "kind"]);
+    assert_eq!(report["subject"]["kind"], "command");
+    assert!(report.get("workload").is_none() && report.get("command").is_none());
+    let plan = std::fs::read_to_string(dir.path().join("run/plan.csv")).unwrap();
+    let mut lines = plan.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row = csv::ReaderBuilder::new().from_reader(plan.as_bytes()).records().next().unwrap().unwrap();
+    for column in ["input", "classes", "mode", "precision", "optimizer"] {
+        let i = header.iter().position(|h| *h == column).unwrap();
+        assert_eq!(&row[i], "", "plan.csv's {column} is not the command's: {plan}");
+    }
+    assert_eq!(&row[header.iter().position(|h| *h == "subject").unwrap()], "command");
     let log = std::fs::read_to_string(dir.path().join("run/trials/001-batch-8/output.log")).unwrap();
     assert!(log.contains("step 0 loss"), "{log}");
 }
@@ -78,7 +92,10 @@ fn the_search_over_a_command_equals_an_exhaustive_scan() {
         sweep(&dir.path().join("scan"), &["--capacity", &capacity, "--batches", &every.join(",")], &command);
     assert!(scan.exact && (6..=24).contains(&scan.max_batch), "scan: {scan:?}");
     let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity], &command);
-    assert_eq!((search.max_batch, search.exact, search.strategy.as_str()), (scan.max_batch, true, "vramprobe"));
+    assert_eq!(
+        (search.max_batch, search.exact, search.strategy.unwrap().to_string().as_str()),
+        (scan.max_batch, true, "vramprobe")
+    );
     assert!(search.recommended_verified);
 }
 
@@ -215,7 +232,7 @@ fn a_command_with_a_sequence_length_gets_the_two_dimensional_fit() {
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let rows: Vec<PlanRow> = read_csv(&out.join("plan.csv"));
-    assert_eq!(rows.iter().map(|r| r.input.as_str()).collect::<Vec<_>>(), ["32", "64", "128"]);
+    assert_eq!(rows.iter().map(|r| r.input.clone()).collect::<Vec<_>>(), [vec![32], vec![64], vec![128]]);
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("seq-lens.json")).unwrap()).unwrap();
     assert!(summary["fit"]["r2"].as_f64().unwrap() > 0.99, "{summary}");

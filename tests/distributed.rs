@@ -145,7 +145,10 @@ fn the_search_over_a_ddp_command_equals_an_exhaustive_scan() {
         sweep(&dir.path().join("scan"), &["--capacity", &capacity, "--batches", &every.join(",")], &command, &[]);
     assert!(scan.exact && (3..=9).contains(&scan.max_batch), "scan: {scan:?}");
     let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity], &command, &[]);
-    assert_eq!((search.max_batch, search.exact, search.strategy.as_str()), (scan.max_batch, true, "vramprobe"));
+    assert_eq!(
+        (search.max_batch, search.exact, search.strategy.unwrap().to_string().as_str()),
+        (scan.max_batch, true, "vramprobe")
+    );
     assert_eq!(search.global_batch, Some(search.recommended_batch * 2));
 }
 
@@ -249,7 +252,9 @@ fn world_sizes_fit_the_fixed_part_and_predict_larger_jobs() {
     }
     let predicted: Vec<PlanRow> = read_csv(&out.join("plan-world-sizes.csv"));
     assert_eq!(predicted.first().and_then(|r| r.world_size), Some(4));
-    assert!(predicted.iter().all(|r| r.strategy == "predicted-for-world-size" && !r.recommended_verified));
+    assert!(predicted
+        .iter()
+        .all(|r| r.strategy.unwrap().to_string() == "predicted-for-world-size" && !r.recommended_verified));
     for r in &predicted {
         let w = r.world_size.unwrap() as f64;
         assert!((r.fixed_bytes.unwrap() as f64 - at(w)).abs() <= 1.0, "{r:?}");

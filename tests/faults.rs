@@ -90,7 +90,11 @@ fn an_oom_in_each_phase_is_an_oom_and_keeps_what_fit() {
         // The first step of the failed trial was measured and is kept.
         assert_eq!(rows[1].steps_completed, 1);
         let plan = plan_row(&out);
-        assert_eq!((plan.strategy.as_str(), plan.trials, plan.max_batch), ("listed-batches", 2, 2), "{fault}");
+        assert_eq!(
+            (plan.strategy.unwrap().to_string().as_str(), plan.trials, plan.max_batch),
+            ("listed-batches", 2, 2),
+            "{fault}"
+        );
         assert_no_temporaries(&out);
     }
 }

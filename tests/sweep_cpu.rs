@@ -52,12 +52,15 @@ fn a_small_cpu_sweep_is_linear_and_predicts_a_held_out_batch() {
     assert_eq!(plan.len(), 1);
     let p = &plan[0];
     assert_eq!(
-        (p.model.as_str(), p.input.as_str(), p.device.as_str(), p.fit_basis.as_str()),
-        ("resnet18", "3x64x64", "cpu", "peak_allocated")
+        (p.model.as_str(), p.input.as_slice(), p.device.to_string().as_str(), p.fit_basis.unwrap().name()),
+        ("resnet18", &[3, 64, 64][..], "cpu", "peak_allocated")
     );
     assert!(p.r2.unwrap() >= 0.999, "r2 {:?}", p.r2);
     // The largest listed batch is the verified max; the fit predicts beyond it.
-    assert_eq!((p.max_batch, p.recommended_batch, p.exact, p.strategy.as_str()), (32, 32, false, "listed-batches"));
+    assert_eq!(
+        (p.max_batch, p.recommended_batch, p.exact, p.strategy.unwrap().to_string().as_str()),
+        (32, 32, false, "listed-batches")
+    );
     assert!(p.recommended_verified && p.predicted_max_batch.unwrap() > 32);
 
     // A batch the fit never saw: the prediction is within 1% of the measured peak.
@@ -204,7 +207,10 @@ fn search_equals_an_exhaustive_scan(dir: &Path, anchor: (u64, u64), target: u64)
     );
 
     let search = sweep_plan(&dir.join(format!("search-{target}")), &workload);
-    assert_eq!((search.strategy.as_str(), search.max_batch, search.exact), ("vramprobe", scan.max_batch, true));
+    assert_eq!(
+        (search.strategy.unwrap().to_string().as_str(), search.max_batch, search.exact),
+        ("vramprobe", scan.max_batch, true)
+    );
     assert!(search.recommended_verified);
     assert!(search.trials <= 7, "{} trials", search.trials);
 

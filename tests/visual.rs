@@ -112,7 +112,7 @@ fn a_sweep_writes_plots_and_a_page_and_report_reproduces_them() {
     far["steps"] = serde_json::json!([]);
     trials.push(far);
     // A command's title keeps its file names, not its paths, on one line.
-    report["workload"]["model"] = "/usr/bin/python3 /home/me/project/train.py --batch-size {batch} --epochs 90".into();
+    report["subject"]["model"] = "/usr/bin/python3 /home/me/project/train.py --batch-size {batch} --epochs 90".into();
     std::fs::write(copy.join("report.json"), serde_json::to_vec(&report).unwrap()).unwrap();
     assert!(vramprobe().arg("report").arg(&copy).arg("--quiet").output().unwrap().status.success());
     let memory = svg(&copy.join("memory.svg"));

@@ -11,12 +11,11 @@ use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRuns, Placeholders, UserCommand};
+use crate::measure::command::{CommandRunner, CommandRuns, Placeholders, UserCommand};
 use crate::measure::device::{self, CapacityLimit, DeviceRequest};
 use crate::measure::record::{Outcome, TrialResult};
-use crate::measure::runner;
-use crate::measure::trial::TrialSpec;
-use crate::measure::workload::WorkloadConfig;
+use crate::measure::runner::{BuiltInRunner, TrialRunner};
+use crate::measure::subject::{CommandSubject, Subject};
 use crate::report::plan_file;
 use crate::units::{format_input, human_bytes};
 
@@ -43,49 +42,37 @@ struct Verdict {
     message: String,
 }
 
-/// What to check: a workload at one batch, and the memory line of the plan
+/// What to check: a subject at one batch, and the memory line of the plan
 /// row it came from, if any.
 struct Target {
-    /// Command mode: the user's command, which the trial runs.
-    command: Option<UserCommand>,
-    config: WorkloadConfig,
+    subject: Subject,
     batch: u64,
     plan_device: Option<DeviceRequest>,
     fit: Option<LinearFit>,
-    /// What `{nproc}` becomes: `--world-size`, or the plan row's.
-    world_size: Option<u32>,
 }
 
-/// The workload and batch from `--plan` (a row) or `--model` with `--batch`.
+/// The subject and batch from `--plan` (a row) or `--model` with `--batch`.
 fn target(args: &CheckArgs) -> Result<Target> {
     match (&args.plan, &args.workload.model, args.batch) {
         (Some(path), _, _) => {
             let entries = plan_file::read(path).map_err(|e| UsageError::new(e.to_string()))?;
             let entry = plan_file::select(path, entries, args.row.map(|r| r as usize), None)
                 .map_err(|e| UsageError::new(e.to_string()))?;
-            let fit = entry.fixed_bytes.zip(entry.per_sample_bytes).map(|(f, p)| LinearFit {
+            let row = entry.row;
+            let fit = row.fixed_bytes.zip(row.per_sample_bytes).map(|(f, p)| LinearFit {
                 fixed_bytes: f as f64,
                 per_sample_bytes: p as f64,
                 r2: 1.0,
                 points: 0,
             });
-            let config = WorkloadConfig {
-                model: entry.model,
-                input: entry.input,
-                classes: entry.classes,
-                optimizer: entry.optimizer,
-                lr: args.workload.lr.unwrap_or(1e-3),
-                precision: entry.precision,
-                mode: entry.mode,
-            };
-            Ok(Target {
-                command: entry.command,
-                config,
-                batch: entry.recommended_batch,
-                plan_device: Some(entry.device),
-                fit,
-                world_size: args.world_size.or(entry.world_size),
-            })
+            let mut subject = row.subject(args.workload.lr.unwrap_or(1e-3)).ok_or_else(|| {
+                UsageError::new(format!("{}:{}: the row does not say what to run", path.display(), entry.line))
+            })?;
+            // --world-size overrides the row's ranks.
+            if let (Subject::Command(c), Some(w)) = (&mut subject, args.world_size) {
+                c.world_size = Some(w);
+            }
+            Ok(Target { subject, batch: row.recommended_batch, plan_device: Some(row.device), fit })
         }
         (None, None, Some(batch)) if !args.command.is_empty() => {
             let command = UserCommand::new(args.command.clone())?;
@@ -95,24 +82,21 @@ fn target(args: &CheckArgs) -> Result<Target> {
                 )
                 .into());
             }
-            let input = args.workload.seq_len.into_iter().collect();
-            let config = WorkloadConfig { model: command.line(), input, ..super::command_label_workload() };
             if command.has_nproc() != args.world_size.is_some() {
                 return Err(UsageError::new(
                     "a command with {nproc} needs --world-size N, and --world-size needs {nproc}",
                 )
                 .into());
             }
-            let world_size = args.world_size;
-            Ok(Target { command: Some(command), config, batch, plan_device: None, fit: None, world_size })
+            let at = Placeholders { seq_len: args.workload.seq_len, nproc: args.world_size };
+            let subject = Subject::Command(CommandSubject::new(&command, at));
+            Ok(Target { subject, batch, plan_device: None, fit: None })
         }
         (None, Some(_), Some(batch)) => Ok(Target {
-            command: None,
-            config: super::workload_config(&args.workload)?,
+            subject: Subject::of_workload(super::workload_config(&args.workload)?),
             batch,
             plan_device: None,
             fit: None,
-            world_size: None,
         }),
         _ => Err(UsageError::new(
             "check needs --plan FILE, --model M with --batch B, or --batch B -- your training command",
@@ -174,33 +158,26 @@ fn judge(
 }
 
 pub fn run(args: CheckArgs) -> Result<i32> {
-    let Target { command, config, batch, plan_device, fit, world_size } = target(&args)?;
-    let command_line = command.as_ref().map(UserCommand::line);
+    let Target { subject, batch, plan_device, fit } = target(&args)?;
     let request = args.device.or(plan_device).unwrap_or(DeviceRequest::Auto);
     let (device, note) = device::resolve(request)?;
     if let (Some(n), false) = (&note, args.quiet || args.json) {
         eprintln!("note: {n}");
     }
-    let spec = TrialSpec {
-        workload: config.clone(),
-        device,
-        batch,
-        steps: args.steps,
-        limit: CapacityLimit::new(device, args.capacity)?,
-    };
+    let limit = CapacityLimit::new(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
-    let trial = match command {
-        None => {
+    let steps = args.steps;
+    let trial = match &subject {
+        Subject::BuiltIn(w) | Subject::TorchScript(w) => {
             let exe = std::env::current_exe().context("locating the vramprobe binary to run the check")?;
-            runner::run_trial(&exe, 1, &spec, timeout, |_| {})
+            BuiltInRunner { exe, workload: w.clone(), device, steps, limit, timeout }.run(1, batch, &mut |_| {})?
         }
-        Some(command) => {
+        Subject::Command(c) => {
             // The command's output and records, kept only for this check.
             let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
-            let at = Placeholders { seq_len: config.input.first().copied(), nproc: world_size };
-            let runs = CommandRuns::new(command, at, scratch.clone()).context("preparing vramprobe's Python hook")?;
-            let kind = runs.trial(1, batch, spec.steps, device, spec.limit).context("preparing the check's trial")?;
-            let trial = runner::run(&kind, 1, timeout, |_| {});
+            let runs = CommandRuns::new(c.command(), c.placeholders(), scratch.clone())
+                .context("preparing vramprobe's Python hook")?;
+            let trial = CommandRunner { runs, device, steps, limit, timeout }.run(1, batch, &mut |_| {})?;
             // A failed command's output stays for the user to read.
             if matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
                 let _ = std::fs::remove_dir_all(&scratch);
@@ -229,10 +206,10 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         Some(w) => format!(" per rank x {w} ranks (global batch {})", trial.global_batch()),
         None => String::new(),
     };
-    let what = match (&command_line, &config.input[..]) {
-        (Some(line), []) => format!("`{line}` at batch {batch}{ranks} on {device}"),
-        (Some(line), [t]) => format!("`{line}` at batch {batch}{ranks}, length {t} on {device}"),
-        (_, input) => format!("{} {} at batch {batch} on {device}", config.model, format_input(input)),
+    let what = match (&subject, &subject.input()[..]) {
+        (Subject::Command(_), []) => format!("`{}` at batch {batch}{ranks} on {device}", subject.name()),
+        (Subject::Command(_), [t]) => format!("`{}` at batch {batch}{ranks}, length {t} on {device}", subject.name()),
+        (_, input) => format!("{} {} at batch {batch} on {device}", subject.name(), format_input(input)),
     };
     let (verdict, exit_code, headroom, mut message) = judge(&trial, &what, &budget, peak, max_batch_from_fit);
     let peaks = trial.rank_peaks();
@@ -246,8 +223,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         let v = Verdict {
             verdict,
             exit_code,
-            model: config.model.clone(),
-            input: format_input(&config.input),
+            model: subject.name(),
+            input: format_input(&subject.input()),
             batch,
             world_size: trial.world_size,
             device: device.to_string(),

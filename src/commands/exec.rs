@@ -26,25 +26,27 @@ pub fn run(args: ExecArgs) -> Result<i32> {
     let entries = plan_file::read(&args.plan).map_err(|e| UsageError::new(e.to_string()))?;
     let entry = plan_file::select(&args.plan, entries, args.row.map(|r| r as usize), None)
         .map_err(|e| UsageError::new(e.to_string()))?;
-    let command = match (&args.command[..], entry.command) {
-        ([], Some(own)) => own,
+    let row = entry.row;
+    let own = row.subject(1e-3).and_then(|s| s.command().cloned());
+    let command = match (&args.command[..], &own) {
+        ([], Some(own)) => own.command(),
         ([], None) => {
             return Err(UsageError::new(format!(
                 "the plan row is the built-in model {}: give the command to run after --",
-                entry.model
+                row.model
             ))
             .into())
         }
         (given, _) => UserCommand::new(given.to_vec())?,
     };
-    let target = args.target_batch.unwrap_or(entry.recommended_batch);
-    let micro = entry.recommended_batch.min(target);
+    let target = args.target_batch.unwrap_or(row.recommended_batch);
+    let micro = row.recommended_batch.min(target);
     let accumulation = target.div_ceil(micro);
     if accumulation > 1 && !command.argv.iter().any(|a| a.contains(ACCUMULATION)) {
         eprintln!("note: the command has no {{accumulation}}: it trains with {micro} samples per step, not {target}");
     }
     // The row's sequence length and world size, where the command takes them.
-    let at = Placeholders { seq_len: entry.input.first().copied(), nproc: entry.world_size };
+    let at = Placeholders { seq_len: row.input.first().copied(), nproc: row.world_size };
     let argv = substitute(&command, &at, micro, accumulation, target);
     eprintln!(
         "vramprobe exec: micro-batch {micro} x {accumulation} accumulation = {} per step: {}",

@@ -189,21 +189,6 @@ fn single<T: Copy>(values: &[T], option: &str) -> Result<Option<T>, UsageError> 
 
 const DEFAULT_LR: f64 = 1e-3;
 
-/// The workload that labels a command-mode run: the command itself decides
-/// model, data, precision and optimizer, so only its `model` (the command
-/// line) says anything.
-fn command_label_workload() -> WorkloadConfig {
-    WorkloadConfig {
-        model: String::new(),
-        input: Vec::new(),
-        classes: 0,
-        optimizer: OptimizerKind::Sgd,
-        lr: 0.0,
-        precision: Default::default(),
-        mode: Default::default(),
-    }
-}
-
 /// The sweep's workloads, one per (optimizer, precision, mode, sequence length): a
 /// `--profile` preset, with any option given on the command line taking
 /// precedence.

@@ -32,12 +32,12 @@ pub fn run(args: PlanArgs) -> Result<i32> {
     let predictions: Vec<GpuPrediction> = gpus.iter().map(|g| predict_for(&fit, g, margin, args.multiple_of)).collect();
 
     let source = if report.device.is_cuda() { "a GPU" } else { "the CPU (host tracking)" };
+    let what = match report.subject.workload() {
+        Some(w) => format!("{} {} x{} classes, {}", w.model, format_input(&w.input), w.classes, w.optimizer.name()),
+        None => format!("your command `{}`", report.subject.name()),
+    };
     println!(
-        "{} {} x{} classes, {}: memory line measured on {} ({}), fixed {}, per sample {}, r² {:.6}",
-        report.workload.model,
-        format_input(&report.workload.input),
-        report.workload.classes,
-        report.workload.optimizer.name(),
+        "{what}: memory line measured on {} ({}), fixed {}, per sample {}, r² {:.6}",
         report.device,
         source,
         human_bytes(fit.fixed_bytes),

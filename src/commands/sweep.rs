@@ -8,14 +8,13 @@ use crate::analyze::analysis;
 use crate::commands::cli::SweepArgs;
 use crate::error::Interrupted;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRuns, Placeholders, UserCommand};
+use crate::measure::command::{CommandRunner, CommandRuns, Placeholders, UserCommand};
 use crate::measure::device::{self, CapacityLimit, Device, DeviceRequest};
 use crate::measure::environment;
-use crate::measure::model;
 use crate::measure::record::TrialResult;
 use crate::measure::record::{Outcome, StepRecord};
-use crate::measure::runner;
-use crate::measure::workload::WorkloadConfig;
+use crate::measure::runner::{self, BuiltInRunner, TrialRunner};
+use crate::measure::subject::{CommandSubject, Subject};
 use crate::report::output;
 use crate::report::progress::Status;
 use crate::report::{self, table, Report};
@@ -90,11 +89,34 @@ impl Sink for Lines {
     }
 }
 
-/// The command's trials of one run folder, at one length and world size.
-fn command_runs(command: &UserCommand, at: Placeholders, dir: &Path) -> Result<CommandRuns> {
-    let trials = dir.join("trials");
-    CommandRuns::new(command.clone(), at, trials.clone())
-        .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))
+/// What runs the trials of `subject` on `device`: a `vramprobe trial`
+/// child per batch for a built-in or TorchScript model, the user's command
+/// (its trial folders under `dir/trials`) for a command.
+fn trial_runner(
+    args: &SweepArgs,
+    subject: &Subject,
+    device: Device,
+    dir: &Path,
+) -> Result<Box<dyn TrialRunner + Send>> {
+    let limit = CapacityLimit::new(device, args.capacity)?;
+    let timeout = Duration::from_secs(args.trial_timeout);
+    let steps = args.verify_steps;
+    Ok(match subject {
+        Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
+            exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
+            workload: w.clone(),
+            device,
+            steps,
+            limit,
+            timeout,
+        }),
+        Subject::Command(c) => {
+            let trials = dir.join("trials");
+            let runs = CommandRuns::new(c.command(), c.placeholders(), trials.clone())
+                .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))?;
+            Box::new(CommandRunner { runs, device, steps, limit, timeout })
+        }
+    })
 }
 
 /// A run's files (steps, sweep, plan, report, plots, page) into its folder.
@@ -123,14 +145,17 @@ impl Sink for Prefixed {
     }
 }
 
-fn sweep_config(
-    args: &SweepArgs,
-    workload: &WorkloadConfig,
-    device: Device,
-    note: Option<String>,
-) -> Result<SweepConfig> {
-    Ok(SweepConfig {
-        workload: workload.clone(),
+fn sweep_config(args: &SweepArgs, subject: &Subject, device: Device, note: Option<String>) -> SweepConfig {
+    let mut notes: Vec<String> = note.into_iter().collect();
+    if let (Subject::Command(_), Device::Cpu, Some(_)) = (subject, device, args.capacity) {
+        notes.push(
+            "on the CPU, --capacity is judged against each trial's exact tensor peak (the profiler's): \
+             it is not enforced inside your command"
+                .into(),
+        );
+    }
+    SweepConfig {
+        subject: subject.clone(),
         device,
         batches: match &args.batches {
             Some(b) => BatchChoice::Listed(b.0.clone()),
@@ -139,68 +164,39 @@ fn sweep_config(
         max_batch: args.max_batch,
         steps: args.verify_steps,
         tolerance: args.tolerance,
-        trial_timeout: Duration::from_secs(args.trial_timeout),
         capacity: args.capacity,
-        limit: CapacityLimit::new(device, args.capacity)?,
-        command: None,
         margin_fraction: args.margin,
         multiple_of: args.multiple_of,
         command_line: std::env::args().collect(),
-        exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
-        notes: note.into_iter().collect(),
-    })
+        notes,
+    }
 }
 
 /// A folder name per variant, from what differs between them, e.g.
 /// `bf16-amp-eval`, `seq-512` or `world-2-seq-512`.
-fn variant_labels(workloads: &[WorkloadConfig], at: &[Placeholders]) -> Vec<String> {
-    let varies = |f: &dyn Fn(&WorkloadConfig) -> String| workloads.iter().any(|w| f(w) != f(&workloads[0]));
-    let optimizer = varies(&|w| w.optimizer.name().into());
-    let precision = varies(&|w| w.precision.name().into());
-    let mode = varies(&|w| w.mode.name().into());
-    let input = varies(&|w| format_input(&w.input));
-    let worlds = at.iter().any(|a| a.nproc != at[0].nproc);
-    workloads
+fn variant_labels(subjects: &[Subject]) -> Vec<String> {
+    type Part = fn(&Subject) -> Option<String>;
+    let parts: [(&str, Part); 5] = [
+        ("world-", |s| s.command().and_then(|c| c.world_size).map(|n| n.to_string())),
+        ("", |s| s.workload().map(|w| w.optimizer.name().to_string())),
+        ("", |s| s.workload().map(|w| w.precision.name().to_string())),
+        ("", |s| s.workload().map(|w| w.mode.name().to_string())),
+        ("seq-", |s| Some(format_input(&s.input()))),
+    ];
+    let varying: Vec<&(&str, Part)> =
+        parts.iter().filter(|(_, f)| subjects.iter().any(|s| f(s) != f(&subjects[0]))).collect();
+    subjects
         .iter()
-        .enumerate()
-        .map(|(i, w)| {
-            let mut parts = Vec::new();
-            if let (true, Some(n)) = (worlds, at.get(i).and_then(|a| a.nproc)) {
-                parts.push(format!("world-{n}"));
-            }
-            if optimizer {
-                parts.push(w.optimizer.name().to_string());
-            }
-            if precision {
-                parts.push(w.precision.name().to_string());
-            }
-            if mode {
-                parts.push(w.mode.name().to_string());
-            }
-            if input {
-                parts.push(format!("seq-{}", format_input(&w.input)));
-            }
-            parts.join("-")
+        .map(|s| {
+            varying.iter().filter_map(|(prefix, f)| Some(format!("{prefix}{}", f(s)?))).collect::<Vec<_>>().join("-")
         })
         .collect()
 }
 
-/// Command mode: the user's command, and per run the workload that labels it
-/// (the command itself decides model, data, precision and optimizer) with
-/// what `{seq_len}` and `{nproc}` become: one run per sequence length (the
-/// 2-D fit reads the length from the workload's `input`) and world size.
-struct CommandVariants {
-    command: UserCommand,
-    variants: Vec<(WorkloadConfig, Placeholders)>,
-}
-
-impl CommandVariants {
-    fn placeholders(&self) -> Vec<Placeholders> {
-        self.variants.iter().map(|(_, at)| *at).collect()
-    }
-}
-
-fn command_mode(args: &SweepArgs) -> Result<Option<CommandVariants>> {
+/// Command mode: one subject per sequence length and world size (what
+/// `{seq_len}` and `{nproc}` become); the command itself decides model,
+/// data, precision and optimizer.
+fn command_subjects(args: &SweepArgs) -> Result<Option<Vec<Subject>>> {
     if args.command.is_empty() {
         return Ok(None);
     }
@@ -248,35 +244,19 @@ fn command_mode(args: &SweepArgs) -> Result<Option<CommandVariants>> {
     }
     let seq_lens: Vec<Option<i64>> =
         if lengths.is_empty() { vec![None] } else { lengths.into_iter().map(Some).collect() };
-    let mut variants = Vec::new();
+    let mut subjects = Vec::new();
     for &nproc in &world_sizes {
         for &seq_len in &seq_lens {
-            let input = seq_len.into_iter().collect();
-            let label = WorkloadConfig { model: command.line(), input, ..super::command_label_workload() };
-            variants.push((label, Placeholders { seq_len, nproc }));
+            subjects.push(Subject::Command(CommandSubject::new(&command, Placeholders { seq_len, nproc })));
         }
     }
-    Ok(Some(CommandVariants { command, variants }))
-}
-
-/// A folder name for a command's run: its script's name, else "command".
-fn command_label(command: &UserCommand) -> String {
-    command
-        .argv
-        .iter()
-        .find(|a| a.ends_with(".py") || a.ends_with(".sh"))
-        .map_or_else(|| "command".to_string(), |script| model::label(script))
+    Ok(Some(subjects))
 }
 
 pub fn run(args: SweepArgs) -> Result<i32> {
-    let command = command_mode(&args)?;
-    let (workloads, at) = match &command {
-        Some(c) => (c.variants.iter().map(|(w, _)| w.clone()).collect(), c.placeholders()),
-        None => {
-            let workloads = super::sweep_workloads(&args)?;
-            let at = vec![Placeholders::default(); workloads.len()];
-            (workloads, at)
-        }
+    let subjects = match command_subjects(&args)? {
+        Some(subjects) => subjects,
+        None => super::sweep_workloads(&args)?.into_iter().map(Subject::of_workload).collect(),
     };
     if let (Some(b), Some(m)) = (&args.batches, args.max_batch) {
         if b.0.iter().any(|&x| x > m) {
@@ -287,21 +267,19 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         DeviceRequest::All => device::all_cuda()?.into_iter().map(|d| (d, None)).collect(),
         request => vec![device::resolve(request)?],
     };
-    if devices.len() > 1 && workloads.len() > 1 {
+    if devices.len() > 1 && subjects.len() > 1 {
         return Err(UsageError::new(
             "--device all sweeps one precision, mode and length at a time; give a single value of each",
         )
         .into());
     }
     let (_, stamp) = environment::utc_now();
-    let name = command.as_ref().map_or_else(|| model::label(&workloads[0].model), |c| command_label(&c.command));
-    let out_dir = output::prepare_out_dir(args.out.as_deref(), &name, &stamp, args.force)?;
-    if workloads.len() > 1 {
+    let out_dir = output::prepare_out_dir(args.out.as_deref(), &subjects[0].label(), &stamp, args.force)?;
+    if subjects.len() > 1 {
         let (device, note) = devices.into_iter().next().ok_or_else(|| anyhow!("no device"))?;
-        let command = command.as_ref().map(|c| &c.command);
-        return run_variants(&args, (&workloads, &at), device, note, &out_dir, command);
+        return run_variants(&args, &subjects, device, note, &out_dir);
     }
-    let workload = &workloads[0];
+    let subject = &subjects[0];
     let mut configs = Vec::new();
     for (device, note) in devices.iter().cloned() {
         if let Some(note) = &note {
@@ -309,28 +287,18 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         }
         let dir = if devices.len() > 1 { out_dir.join(device.to_string().replace(':', "-")) } else { out_dir.clone() };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut cfg = sweep_config(&args, workload, device, note)?;
-        if let (Some(_), Device::Cpu, Some(_)) = (&command, device, args.capacity) {
-            cfg.notes.push(
-                "on the CPU, --capacity is judged against each trial's exact tensor peak (the profiler's): \
-                 it is not enforced inside your command"
-                    .into(),
-            );
-        }
-        if let Some(c) = &command {
-            cfg.command = Some(command_runs(&c.command, at[0], &dir)?);
-        }
-        configs.push((cfg, dir));
+        let runner = trial_runner(&args, subject, device, &dir)?;
+        configs.push((sweep_config(&args, subject, device, note), runner, dir));
     }
     if configs.len() == 1 {
-        let (cfg, dir) = &configs[0];
-        let report = sweep::run(cfg, &mut Lines::new(args.quiet, args.verify_steps, dir))
+        let (cfg, runner, dir) = &mut configs[0];
+        let report = sweep::run(cfg, runner.as_mut(), &mut Lines::new(args.quiet, args.verify_steps, dir))
             .inspect_err(|e| partial_note(e, &out_dir))?;
         print!("{}", table::summary(&report));
         println!("Wrote {}: {}", out_dir.display(), report::run_file_names(&report));
         let analysis = report.analysis.as_ref().ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
         if analysis.max_batch == 0 {
-            return Err(does_not_fit(&report.workload.model, cfg, &report.trials, analysis.budget));
+            return Err(does_not_fit(&report.subject.name(), cfg, &report.trials, analysis.budget));
         }
         return Ok(0);
     }
@@ -338,16 +306,17 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     // node can use the smallest recommendation.
     let reports: Vec<Result<crate::report::Report>> = std::thread::scope(|scope| {
         let handles: Vec<_> = configs
-            .iter()
-            .map(|(cfg, dir)| {
+            .iter_mut()
+            .map(|(cfg, runner, dir)| {
                 let mut sink = Prefixed { device: cfg.device, quiet: args.quiet, dir: dir.clone() };
-                scope.spawn(move || sweep::run(cfg, &mut sink))
+                let cfg = &*cfg;
+                scope.spawn(move || sweep::run(cfg, runner.as_mut(), &mut sink))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a device's sweep panicked")))).collect()
     });
     let mut recommended = Vec::new();
-    for ((cfg, _), report) in configs.iter().zip(&reports) {
+    for ((cfg, _, _), report) in configs.iter().zip(&reports) {
         match report {
             Ok(r) => {
                 print!("{}", table::summary(r));
@@ -371,43 +340,36 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Several (precision, mode, length) variants on one device, one after the
-/// other, each in its own folder; the combined plan.csv (one row each) is
-/// rewritten after every variant, so finished ones survive a later failure.
+/// Several (precision, mode, length, world size) variants on one device,
+/// one after the other, each in its own folder; the combined plan.csv (one
+/// row each) is rewritten after every variant, so finished ones survive a
+/// later failure.
 fn run_variants(
     args: &SweepArgs,
-    (workloads, at): (&[WorkloadConfig], &[Placeholders]),
+    subjects: &[Subject],
     device: Device,
     note: Option<String>,
     out_dir: &Path,
-    command: Option<&UserCommand>,
 ) -> Result<i32> {
     if let Some(note) = &note {
         eprintln!("note: {note}");
     }
-    let labels = variant_labels(workloads, at);
+    let labels = variant_labels(subjects);
     let mut interrupted: Option<anyhow::Error> = None;
     let mut done: Vec<(String, Report)> = Vec::new();
     let mut failed = Vec::new();
-    for ((workload, label), &at) in workloads.iter().zip(&labels).zip(at) {
+    for (subject, label) in subjects.iter().zip(&labels) {
         if !args.quiet {
-            match command {
-                Some(_) => eprintln!("== {label} =="),
-                None => eprintln!(
-                    "== {label}: {} {} {} ==",
-                    workload.optimizer.name(),
-                    workload.precision.name(),
-                    workload.mode.name()
-                ),
+            match subject.workload() {
+                None => eprintln!("== {label} =="),
+                Some(w) => eprintln!("== {label}: {} {} {} ==", w.optimizer.name(), w.precision.name(), w.mode.name()),
             }
         }
-        let mut cfg = sweep_config(args, workload, device, note.clone())?;
+        let cfg = sweep_config(args, subject, device, note.clone());
         let dir = out_dir.join(label);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        if let Some(c) = command {
-            cfg.command = Some(command_runs(c, at, &dir)?);
-        }
-        let result = sweep::run(&cfg, &mut Lines::new(args.quiet, args.verify_steps, &dir));
+        let mut runner = trial_runner(args, subject, device, &dir)?;
+        let result = sweep::run(&cfg, runner.as_mut(), &mut Lines::new(args.quiet, args.verify_steps, &dir));
         match result {
             Ok(report) => {
                 if !args.quiet {
@@ -470,7 +432,7 @@ fn unsupported(r: &Report, a: &analysis::Analysis) -> Option<String> {
     let first = r.trials.iter().find(|t| t.outcome == Outcome::Error)?;
     Some(format!(
         "not supported here ({} on {}): {}",
-        r.workload.precision.name(),
+        r.subject.workload().map_or("your command", |w| w.precision.name()),
         r.device,
         first.message.as_deref().unwrap_or("no message")
     ))

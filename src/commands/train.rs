@@ -19,16 +19,16 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     let entries = plan_file::read(&args.plan).map_err(|e| UsageError::new(e.to_string()))?;
     let entry = plan_file::select(&args.plan, entries, args.row.map(|r| r as usize), args.model.as_deref())
         .map_err(|e| UsageError::new(e.to_string()))?;
-    if let Some(command) = &entry.command {
+    let Some(w) = entry.row.workload(args.lr) else {
         return Err(UsageError::new(format!(
             "{}: the row is your own command ({}): run it at the plan's batch with vramprobe exec --plan {} -- COMMAND",
             args.plan.display(),
-            command.line(),
+            entry.row.model,
             args.plan.display()
         ))
         .into());
-    }
-    if entry.mode == Mode::Eval {
+    };
+    if w.mode == Mode::Eval {
         return Err(UsageError::new(format!(
             "{}:{}: this row is an eval (inference) plan; train needs a row measured with --mode train",
             args.plan.display(),
@@ -39,15 +39,15 @@ pub fn run(args: TrainArgs) -> Result<i32> {
 
     let data = match &args.data {
         Some(dir) => Dataset::cifar(dir).map_err(|e| UsageError::new(e.to_string()))?,
-        None => Dataset::Synthetic { input: entry.input.clone(), classes: entry.classes, size: SYNTHETIC_SIZE },
+        None => Dataset::Synthetic { input: w.input.clone(), classes: w.classes, size: SYNTHETIC_SIZE },
     };
-    if data.input() != entry.input || data.classes() != entry.classes {
+    if data.input() != w.input || data.classes() != w.classes {
         return Err(UsageError::new(format!(
             "{}:{}: the plan was measured for {} inputs and {} classes, the data is {} with {} classes; the recommended batch holds only for what was measured: sweep again with --input {} --classes {}",
             args.plan.display(),
             entry.line,
-            format_input(&entry.input),
-            entry.classes,
+            format_input(&w.input),
+            w.classes,
             format_input(&data.input()),
             data.classes(),
             format_input(&data.input()),
@@ -56,7 +56,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         .into());
     }
 
-    let request = args.device.unwrap_or(entry.device);
+    let request = args.device.unwrap_or(entry.row.device);
 
     let (device, note) = device::resolve(request)?;
     if let Some(note) = note {
@@ -72,27 +72,19 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     for note in notes {
         eprintln!("note: {note}");
     }
-    let config = WorkloadConfig {
-        model: entry.model.clone(),
-        input: entry.input.clone(),
-        classes: entry.classes,
-        optimizer: entry.optimizer,
-        lr: args.lr,
-        precision: entry.precision,
-        mode: Mode::Train,
-    };
+    let config = WorkloadConfig { mode: Mode::Train, ..w.clone() };
     // The initial weights come from the seed too, so two runs are the same run.
     tch::manual_seed((args.seed & i64::MAX as u64) as i64);
-    let mut workload = Workload::new(config, device).map_err(|e| anyhow!("building {}: {e}", entry.model))?;
+    let mut workload = Workload::new(config, device).map_err(|e| anyhow!("building {}: {e}", w.model))?;
     workload.check_input().map_err(|e| {
         // Name the input the model was designed for, so the user knows what to sweep instead.
-        let designed_for = crate::measure::model::find(&entry.model)
+        let designed_for = crate::measure::model::find(&w.model)
             .map(|spec| format!("; it is built for {} inputs", format_input(spec.default_input)))
             .unwrap_or_default();
         UsageError::new(format!(
             "{} cannot take {} inputs ({}){designed_for}",
-            entry.model,
-            format_input(&entry.input),
+            w.model,
+            format_input(&w.input),
             e.message,
         ))
     })?;
@@ -100,16 +92,16 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     let resume = match &args.resume {
         Some(path) => {
             let (progress, named) = checkpoint::read(path)?;
-            if progress.model != entry.model || progress.input != entry.input || progress.classes != entry.classes {
+            if progress.model != w.model || progress.input != w.input || progress.classes != w.classes {
                 bail!(
                     "{}: the checkpoint is for {} {} x{} classes, the plan row is for {} {} x{}",
                     path.display(),
                     progress.model,
                     format_input(&progress.input),
                     progress.classes,
-                    entry.model,
-                    format_input(&entry.input),
-                    entry.classes
+                    w.model,
+                    format_input(&w.input),
+                    w.classes
                 );
             }
             checkpoint::restore(path, &mut workload, &named)?;
@@ -119,19 +111,19 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         None => None,
     };
 
-    let effective_batch = args.target_batch.unwrap_or(entry.recommended_batch);
+    let effective_batch = args.target_batch.unwrap_or(entry.row.recommended_batch);
     let length = match (args.steps, args.epochs) {
         (Some(s), _) => Length::Steps(s),
         (None, Some(e)) => Length::Epochs(e),
         (None, None) => Length::Epochs(1),
     };
     let cfg = TrainConfig {
-        model: entry.model.clone(),
-        input: entry.input.clone(),
-        classes: entry.classes,
-        optimizer: entry.optimizer,
+        model: w.model.clone(),
+        input: w.input.clone(),
+        classes: w.classes,
+        optimizer: w.optimizer,
         device,
-        micro_batch: entry.recommended_batch,
+        micro_batch: entry.row.recommended_batch,
         effective_batch,
         length,
         log_every: args.log_every,

@@ -198,6 +198,30 @@ impl CommandRuns {
     }
 }
 
+/// The command's trials of one run, as the sweep and check run them.
+#[derive(Debug, Clone)]
+pub struct CommandRunner {
+    pub runs: CommandRuns,
+    pub device: Device,
+    pub steps: u32,
+    pub limit: CapacityLimit,
+    pub timeout: std::time::Duration,
+}
+
+impl crate::measure::runner::TrialRunner for CommandRunner {
+    fn run(
+        &mut self,
+        trial: u32,
+        batch: u64,
+        on_step: &mut dyn FnMut(&crate::measure::record::StepRecord),
+    ) -> anyhow::Result<crate::measure::record::TrialResult> {
+        let kind = self.runs.trial(trial, batch, self.steps, self.device, self.limit).map_err(|e| {
+            anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())
+        })?;
+        Ok(crate::measure::runner::run(&kind, trial, self.timeout, on_step))
+    }
+}
+
 /// One trial of the user's command.
 pub struct CommandTrial<'a> {
     pub command: &'a UserCommand,

@@ -22,5 +22,6 @@ pub mod precision;
 pub mod record;
 pub mod runner;
 pub mod shim;
+pub mod subject;
 pub mod trial;
 pub mod workload;

@@ -8,14 +8,10 @@ use crate::analyze::whatif::GpuPrediction;
 use crate::analyze::worldfit::WorldPrediction;
 use crate::measure::breakdown::Category;
 use crate::measure::record::{StepRecord, TrialResult};
-use crate::units::format_input;
 
 use super::Report;
 
-/// Version of the plan.csv columns; bump it when they change.
-/// 2: added `fastest_batch` and `fastest_samples_per_second` at the end.
-/// 3: added `world_size` and `global_batch` at the end (distributed commands).
-pub const PLAN_SCHEMA_VERSION: u32 = 3;
+pub use super::plan_file::{PlanRow, PlanStrategy, PLAN_SCHEMA_VERSION};
 
 /// Rows of `T` as CSV bytes, with `T`'s header even when there are no rows:
 /// the one CSV writer (steps, sweep, plan, GPU plans, the trainer's log, the
@@ -144,95 +140,32 @@ pub fn sweep_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
     to_bytes::<SweepRow>(sweep_rows(trials))
 }
 
-/// One recommendation: the contract with the companion trainer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PlanRow {
-    pub schema_version: u32,
-    pub model: String,
-    /// Channels x height x width, e.g. 3x224x224.
-    pub input: String,
-    pub classes: i64,
-    /// cpu or cuda:N.
-    pub device: String,
-    pub device_name: String,
-    /// train or eval.
-    pub mode: String,
-    pub precision: String,
-    pub optimizer: String,
-    pub capacity_bytes: u64,
-    pub margin_fraction: f64,
-    pub non_pytorch_bytes: u64,
-    pub budget_bytes: u64,
-    /// peak_allocated (CPU) or peak_reserved (CUDA).
-    pub fit_basis: String,
-    pub fixed_bytes: Option<i64>,
-    pub per_sample_bytes: Option<i64>,
-    pub r2: Option<f64>,
-    pub fit_points: usize,
-    /// The search that found the max, and how many trials it ran.
-    pub strategy: String,
-    pub trials: usize,
-    /// The largest batch the search verified (0: nothing fits).
-    pub max_batch: u64,
-    /// max_batch fits and max_batch + 1 does not (or it is --max-batch).
-    pub exact: bool,
-    /// The largest batch the fit allows within the budget (a prediction).
-    pub predicted_max_batch: Option<u64>,
-    pub recommended_batch: u64,
-    pub recommended_verified: bool,
-    pub recommended_peak_bytes: Option<i64>,
-    pub headroom_bytes: Option<i64>,
-    /// The smallest measured batch within 5% of the best samples/s (measured).
-    pub fastest_batch: Option<u64>,
-    pub fastest_samples_per_second: Option<f64>,
-    /// A distributed command's ranks; batches are then per rank.
-    pub world_size: Option<u32>,
-    /// The recommended batch of the whole job: per rank x world size.
-    pub global_batch: Option<u64>,
-}
-
-/// The columns every plan row takes from the run: the workload, the budget
-/// and the memory line.
+/// The columns every plan row takes from the run: the subject, the budget
+/// and the memory line. A command's row leaves what the command decides
+/// (classes, mode, precision, optimizer) empty.
 fn run_columns(report: &Report, a: &Analysis) -> PlanRow {
-    let row = workload_columns(report, a);
-    match &report.command {
-        // The command decides its model, input, precision and optimizer: the
-        // row names the command and leaves those empty.
-        Some(command) => PlanRow {
-            model: command.line(),
-            // The sequence length, for a sweep over --seq-lens.
-            input: format_input(&report.workload.input),
-            classes: 0,
-            mode: String::new(),
-            precision: String::new(),
-            optimizer: String::new(),
-            ..row
-        },
-        None => row,
-    }
-}
-
-fn workload_columns(report: &Report, a: &Analysis) -> PlanRow {
+    let w = report.subject.workload();
     PlanRow {
         schema_version: PLAN_SCHEMA_VERSION,
-        model: report.workload.model.clone(),
-        input: format_input(&report.workload.input),
-        classes: report.workload.classes,
-        device: report.device.to_string(),
+        model: report.subject.name(),
+        input: report.subject.input(),
+        classes: w.map(|w| w.classes),
+        device: report.device.into(),
         device_name: report.device_name.clone().unwrap_or_default(),
-        mode: report.workload.mode.name().into(),
-        precision: report.workload.precision.name().into(),
-        optimizer: report.workload.optimizer.name().into(),
+        mode: w.map(|w| w.mode),
+        precision: w.map(|w| w.precision),
+        optimizer: w.map(|w| w.optimizer),
         capacity_bytes: a.budget.capacity_bytes,
         margin_fraction: a.budget.margin_fraction,
         non_pytorch_bytes: a.budget.non_pytorch_bytes,
         budget_bytes: a.budget.budget_bytes,
-        fit_basis: a.fit_basis.name().into(),
+        fit_basis: Some(a.fit_basis),
         fixed_bytes: a.fit.map(|f| f.fixed_bytes.round() as i64),
         per_sample_bytes: a.fit.map(|f| f.per_sample_bytes.round() as i64),
         r2: a.fit.map(|f| f.r2),
         fit_points: a.fit.map_or(0, |f| f.points),
         world_size: report.world_size(),
+        subject: report.subject.kind(),
         ..PlanRow::default()
     }
 }
@@ -241,7 +174,7 @@ fn workload_columns(report: &Report, a: &Analysis) -> PlanRow {
 pub fn plan_row(report: &Report) -> Option<PlanRow> {
     let a = report.analysis.as_ref()?;
     Some(PlanRow {
-        strategy: a.strategy.to_string(),
+        strategy: Some(PlanStrategy::Measured(a.strategy)),
         trials: report.trials.len(),
         max_batch: a.max_batch,
         exact: a.exact,
@@ -261,13 +194,13 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
 /// (`vramprobe plan`): memory only, never speed, and never verified.
 pub fn gpu_plan_row(report: &Report, a: &Analysis, prediction: &GpuPrediction, margin_fraction: f64) -> PlanRow {
     PlanRow {
-        device: "cuda".into(),
+        device: crate::measure::device::DeviceRequest::Cuda(0),
         device_name: prediction.gpu.name.clone(),
         capacity_bytes: prediction.gpu.memory_bytes,
         margin_fraction,
         non_pytorch_bytes: prediction.gpu.context_overhead_bytes,
         budget_bytes: prediction.budget.budget_bytes,
-        strategy: format!("predicted-from-{}", report.device),
+        strategy: Some(PlanStrategy::PredictedFrom(report.device)),
         max_batch: prediction.max_batch,
         predicted_max_batch: Some(prediction.max_batch),
         recommended_batch: prediction.recommended_batch,
@@ -281,7 +214,7 @@ pub fn gpu_plan_row(report: &Report, a: &Analysis, prediction: &GpuPrediction, m
 /// run (`--world-sizes`): per-rank memory only, never verified.
 pub fn world_plan_row(report: &Report, a: &Analysis, p: &WorldPrediction) -> PlanRow {
     PlanRow {
-        strategy: "predicted-for-world-size".into(),
+        strategy: Some(PlanStrategy::PredictedForWorldSize),
         fixed_bytes: Some(p.fixed_bytes.round() as i64),
         per_sample_bytes: Some(p.per_sample_bytes.round() as i64),
         r2: None,
@@ -295,6 +228,8 @@ pub fn world_plan_row(report: &Report, a: &Analysis, p: &WorldPrediction) -> Pla
     }
 }
 
+/// The run's plan: one row, also when nothing fits (max_batch 0: the
+/// reader reads it, and check, exec and train refuse it with that reason).
 pub fn plan_csv(report: &Report) -> anyhow::Result<Vec<u8>> {
     to_bytes::<PlanRow>(plan_row(report))
 }

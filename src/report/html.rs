@@ -86,7 +86,7 @@ fn environment_rows(report: &Report) -> Rows {
 pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str, timeline_svg: Option<&str>) -> String {
     let mut body = format!(
         "<h1>vramprobe: {}</h1>\n<p>{}</p>\n<p>Status: <b>{}</b>, started {} (UTC).</p>\n",
-        escape(&report.workload.model),
+        escape(&report.subject.name()),
         escape(&table::headline(report)),
         escape(&report.status.to_string()),
         escape(&report.started_at)
@@ -143,14 +143,14 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str, timelin
     body.push_str(
         "<p>Files beside this page: steps.csv (every step), sweep.csv (every trial), breakdown.csv (each trial's peak by category), plan.csv (the recommendation), report.json (everything), memory.svg, throughput.svg, timeline.svg.</p>\n",
     );
-    page(&format!("vramprobe: {}", report.workload.model), &body)
+    page(&format!("vramprobe: {}", report.subject.name()), &body)
 }
 
 /// The page for a sweep over several variants: the variant table, each
 /// variant's plots, and the heat map of a `--seq-lens` sweep.
 pub fn variants_page(runs: &[(String, &Report, String, String)], seq: Option<(&str, &str)>) -> String {
-    let model = runs.first().map_or("", |(_, r, _, _)| r.workload.model.as_str());
-    let mut body = format!("<h1>vramprobe: {}, {} variants</h1>\n", escape(model), runs.len());
+    let model = runs.first().map_or(String::new(), |(_, r, _, _)| r.subject.name());
+    let mut body = format!("<h1>vramprobe: {}, {} variants</h1>\n", escape(&model), runs.len());
     let table_runs: Vec<(String, &Report)> = runs.iter().map(|(l, r, _, _)| (l.clone(), *r)).collect();
     body.push_str(&format!("<pre>{}</pre>\n", escape(&table::variants(&table_runs))));
     if let Some((text, heatmap)) = seq {

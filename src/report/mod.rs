@@ -24,11 +24,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::{Analysis, SeqSummary};
 use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
-use crate::measure::command::UserCommand;
 use crate::measure::device::Device;
 use crate::measure::environment::Environment;
 use crate::measure::record::TrialResult;
-use crate::measure::workload::WorkloadConfig;
+use crate::measure::subject::Subject;
 
 /// How far a run got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,11 +62,8 @@ pub struct Report {
     pub command_line: Vec<String>,
     pub started_at: String,
     pub environment: Environment,
-    pub workload: WorkloadConfig,
-    /// Command mode: the user's command, which the trials ran (the workload
-    /// is then only a label).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<UserCommand>,
+    /// What was measured: a built-in model, a TorchScript file or a command.
+    pub subject: Subject,
     pub device: Device,
     pub device_name: Option<String>,
     pub steps_per_trial: u32,
@@ -85,7 +81,8 @@ impl Report {
     }
 }
 
-pub const REPORT_SCHEMA_VERSION: u32 = 1;
+/// 2: `subject` (built-in, torchscript or command) replaced `workload` and `command`.
+pub const REPORT_SCHEMA_VERSION: u32 = 2;
 
 /// A file of a run folder: its name and its bytes.
 pub type RunFile = (&'static str, Vec<u8>);
@@ -197,7 +194,7 @@ pub fn world_files(reports: &[&Report], summary: &WorldSummary) -> anyhow::Resul
 pub fn seq_summary_of(reports: &[&Report]) -> SeqSummary {
     let mut lengths: Vec<(u64, &[TrialResult], &Analysis)> = reports
         .iter()
-        .filter_map(|r| Some((r.workload.input[0] as u64, r.trials.as_slice(), r.analysis.as_ref()?)))
+        .filter_map(|r| Some((r.subject.seq_len()? as u64, r.trials.as_slice(), r.analysis.as_ref()?)))
         .collect();
     // Shortest first, however the variants were listed or their folders sort.
     lengths.sort_by_key(|(length, _, _)| *length);

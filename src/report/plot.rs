@@ -52,8 +52,8 @@ impl ByteUnit {
 /// with its paths cut to their file names, short enough for one line.
 pub(super) fn title_name(report: &Report) -> String {
     const MAX: usize = 40;
-    let words: Vec<&str> =
-        report.workload.model.split_whitespace().map(|w| w.rsplit('/').next().unwrap_or(w)).collect();
+    let full = report.subject.name();
+    let words: Vec<&str> = full.split_whitespace().map(|w| w.rsplit('/').next().unwrap_or(w)).collect();
     let name = words.join(" ");
     if name.chars().count() <= MAX {
         name
@@ -183,7 +183,7 @@ pub fn memory_svg(report: &Report) -> Result<String> {
     let unit = ByteUnit::for_max(y_max_bytes);
     let y_max = unit.of(y_max_bytes);
 
-    let name = format!("{} {}", title_name(report), crate::units::format_input(&report.workload.input));
+    let name = format!("{} {}", title_name(report), crate::units::format_input(&report.subject.input()));
     let title = format!("{}: peak memory per training step against the batch", name.trim_end());
     svg(|root| {
         let mut chart = chart(root, title, (x_max, BATCH), (y_max, &format!("memory ({})", unit.name)))?;
@@ -430,7 +430,7 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
             }
         }
         for (i, &length) in lengths.iter().enumerate() {
-            let Some(run) = runs.iter().find(|r| r.workload.input.first() == Some(&(length as i64))) else {
+            let Some(run) = runs.iter().find(|r| r.subject.seq_len() == Some(length as i64)) else {
                 continue;
             };
             let y = i as f64 + 0.5;

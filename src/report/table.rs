@@ -14,8 +14,8 @@ fn opt_bytes(v: Option<u64>) -> String {
 
 /// The first line of a summary: what was measured, where.
 pub fn headline(report: &Report) -> String {
-    if let Some(command) = &report.command {
-        let length = match report.workload.input.first() {
+    let Some(w) = report.subject.workload() else {
+        let length = match report.subject.seq_len() {
             Some(t) => format!(" at sequence length {t}"),
             None => String::new(),
         };
@@ -25,20 +25,20 @@ pub fn headline(report: &Report) -> String {
         };
         return format!(
             "your command `{}`{length}{ranks} on {} ({}), {} steps per trial",
-            command.line(),
+            report.subject.name(),
             report.device,
             report.device_name.as_deref().unwrap_or("?"),
             report.steps_per_trial
         );
-    }
+    };
     format!(
         "{} {} x{} classes, {} {} {} on {} ({}), {} steps per trial",
-        report.workload.model,
-        format_input(&report.workload.input),
-        report.workload.classes,
-        report.workload.precision.name(),
-        report.workload.mode.name(),
-        report.workload.optimizer.name(),
+        w.model,
+        format_input(&w.input),
+        w.classes,
+        w.precision.name(),
+        w.mode.name(),
+        w.optimizer.name(),
         report.device,
         report.device_name.as_deref().unwrap_or("?"),
         report.steps_per_trial,
@@ -247,12 +247,14 @@ pub fn variants(runs: &[(String, &Report)]) -> String {
     for (label, r) in runs {
         let a = r.analysis.as_ref();
         let fit = a.and_then(|a| a.fit);
+        let w = r.subject.workload();
         t.add_row(vec![
             label.clone(),
-            if r.command.is_some() { "-".into() } else { r.workload.optimizer.name().to_string() },
-            r.workload.precision.name().to_string(),
-            r.workload.mode.name().to_string(),
-            format_input(&r.workload.input),
+            // A command decides its own optimizer, precision and mode.
+            w.map_or("-".into(), |w| w.optimizer.name().to_string()),
+            w.map_or("-".into(), |w| w.precision.name().to_string()),
+            w.map_or("-".into(), |w| w.mode.name().to_string()),
+            format_input(&r.subject.input()),
             fit.map_or("-".into(), |f| human_bytes(f.fixed_bytes)),
             fit.map_or("-".into(), |f| human_bytes(f.per_sample_bytes)),
             a.map_or("-".into(), |a| a.max_batch.to_string()),

@@ -12,7 +12,7 @@ use super::Report;
 pub fn why_of(report: &Report) -> Option<Why> {
     let a = report.analysis.as_ref()?;
     // A built-in's optimizer and precision are known; a command's are read from its breakdown.
-    let builtin = report.command.is_none();
+    let w = report.subject.workload();
     why::explain(WhyInput {
         trials: &report.trials,
         fit: a.fit,
@@ -20,9 +20,9 @@ pub fn why_of(report: &Report) -> Option<Why> {
         max_batch: a.max_batch,
         recommended_batch: a.recommended_batch,
         capped: a.capped,
-        training: !builtin || report.workload.mode == crate::measure::precision::Mode::Train,
-        optimizer: builtin.then_some(report.workload.optimizer),
-        precision: builtin.then_some(report.workload.precision),
+        training: w.is_none_or(|w| w.mode == crate::measure::precision::Mode::Train),
+        optimizer: w.map(|w| w.optimizer),
+        precision: w.map(|w| w.precision),
     })
 }
 
@@ -157,14 +157,12 @@ pub fn block(report: &Report) -> String {
 /// change beside each other variant's measured max batch.
 pub fn measured_rows(runs: &[(String, &Report)]) -> Option<(String, Rows)> {
     let ((base_label, base), others) = runs.split_first()?;
-    if base.command.is_some() {
-        return None;
-    }
+    let base_workload = base.subject.workload()?;
     let w = why_of(base)?;
     let rows: Vec<Vec<String>> = others
         .iter()
         .filter_map(|(label, r)| {
-            let change = why::predicted_for(&w, &base.workload, &r.workload)?;
+            let change = why::predicted_for(&w, base_workload, r.subject.workload()?)?;
             let a = r.analysis.as_ref()?;
             let measured = if a.capped { format!("{} (--max-batch)", a.max_batch) } else { a.max_batch.to_string() };
             let off = change

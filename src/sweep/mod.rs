@@ -6,9 +6,6 @@
 //!
 //! Layer 2: may import `report` (the report type), `analyze`, `measure`,
 //! `units`, `interrupt`, `error`; never `train`, `bench` or `commands`.
-use std::path::PathBuf;
-use std::time::Duration;
-
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
@@ -16,14 +13,12 @@ use crate::analyze::fit::Budget;
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
-use crate::measure::command::CommandRuns;
-use crate::measure::device::{CapacityLimit, Device};
+use crate::measure::device::Device;
 use crate::measure::environment;
 use crate::measure::record::StepRecord;
 use crate::measure::record::TrialResult;
-use crate::measure::runner;
-use crate::measure::trial::TrialSpec;
-use crate::measure::workload::WorkloadConfig;
+use crate::measure::runner::TrialRunner;
+use crate::measure::subject::Subject;
 use crate::report::{Report, RunStatus, REPORT_SCHEMA_VERSION};
 use crate::units::human_bytes;
 
@@ -41,24 +36,18 @@ pub enum BatchChoice {
 
 #[derive(Debug, Clone)]
 pub struct SweepConfig {
-    pub workload: WorkloadConfig,
+    /// What the runner's trials measure, as the report names it.
+    pub subject: Subject,
     pub device: Device,
     pub batches: BatchChoice,
     pub max_batch: Option<u64>,
     /// Training steps per trial; every batch reported as fitting ran this many.
     pub steps: u32,
     pub tolerance: u64,
-    pub trial_timeout: Duration,
     pub capacity: Option<u64>,
-    /// On CUDA with `--capacity`: the allocator fraction that emulates it.
-    pub limit: CapacityLimit,
-    /// Command mode: the user's command instead of the built-in workload.
-    pub command: Option<CommandRuns>,
     pub margin_fraction: f64,
     pub multiple_of: u64,
     pub command_line: Vec<String>,
-    /// The vramprobe binary that runs each trial.
-    pub exe: PathBuf,
     pub notes: Vec<String>,
 }
 
@@ -94,6 +83,7 @@ pub trait Sink {
 
 struct Sweep<'a> {
     cfg: &'a SweepConfig,
+    runner: &'a mut dyn TrialRunner,
     sink: &'a mut dyn Sink,
     report: Report,
     budget: Option<Budget>,
@@ -116,22 +106,8 @@ impl Sweep<'_> {
         self.stop_if_interrupted()?;
         let trial = self.report.trials.len() as u32 + 1;
         self.sink.trial_started(trial, batch);
-        let spec = TrialSpec {
-            workload: self.cfg.workload.clone(),
-            device: self.cfg.device,
-            batch,
-            steps: self.cfg.steps,
-            limit: self.cfg.limit,
-        };
         let sink = &mut *self.sink;
-        let timeout = self.cfg.trial_timeout;
-        let result = match &self.cfg.command {
-            None => runner::run_trial(&self.cfg.exe, trial, &spec, timeout, |s| sink.step_done(s)),
-            Some(runs) => {
-                let kind = runs.trial(trial, batch, spec.steps, spec.device, spec.limit)?;
-                runner::run(&kind, trial, timeout, |s| sink.step_done(s))
-            }
-        };
+        let result = self.runner.run(trial, batch, &mut |s| sink.step_done(s))?;
         self.sink.trial_done(&result);
         if self.report.device_name.is_none() {
             self.report.device_name = result.device_name.clone();
@@ -231,9 +207,9 @@ impl search::Oracle for Sweep<'_> {
     }
 }
 
-/// Runs the sweep. Outputs are rewritten after every trial, so whatever was
-/// measured survives a failure later on.
-pub fn run(cfg: &SweepConfig, sink: &mut dyn Sink) -> Result<Report> {
+/// Runs the sweep, each trial through `runner`. Outputs are rewritten after
+/// every trial, so whatever was measured survives a failure later on.
+pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink) -> Result<Report> {
     let (started_at, _) = environment::utc_now();
     let report = Report {
         schema_version: REPORT_SCHEMA_VERSION,
@@ -241,8 +217,7 @@ pub fn run(cfg: &SweepConfig, sink: &mut dyn Sink) -> Result<Report> {
         command_line: cfg.command_line.clone(),
         started_at,
         environment: environment::capture(),
-        workload: cfg.workload.clone(),
-        command: cfg.command.as_ref().map(|c| c.command.clone()),
+        subject: cfg.subject.clone(),
         device: cfg.device,
         device_name: None,
         steps_per_trial: cfg.steps,
@@ -253,7 +228,7 @@ pub fn run(cfg: &SweepConfig, sink: &mut dyn Sink) -> Result<Report> {
         notes: cfg.notes.clone(),
     };
     sink.report(&report)?;
-    let mut sweep = Sweep { cfg, sink, report, budget: None };
+    let mut sweep = Sweep { cfg, runner, sink, report, budget: None };
 
     let mut strategy: Box<dyn Strategy> = match &cfg.batches {
         BatchChoice::Search(kind) => search::build(*kind),

@@ -12,13 +12,34 @@ use serde::{Deserialize, Serialize};
 use crate::error::UsageError;
 
 /// What the user asked for with `--device`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceRequest {
+    #[default]
     Auto,
     Cpu,
     Cuda(usize),
     /// Every visible CUDA device (sweep only).
     All,
+}
+
+impl From<Device> for DeviceRequest {
+    fn from(device: Device) -> DeviceRequest {
+        match device {
+            Device::Cpu => DeviceRequest::Cpu,
+            Device::Cuda(i) => DeviceRequest::Cuda(i),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceRequest::Auto => f.write_str("auto"),
+            DeviceRequest::All => f.write_str("all"),
+            DeviceRequest::Cpu => f.write_str("cpu"),
+            DeviceRequest::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
 }
 
 impl FromStr for DeviceRequest {

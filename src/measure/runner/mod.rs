@@ -99,6 +99,41 @@ pub fn child_args(spec: &TrialSpec) -> Vec<String> {
     args
 }
 
+/// Measures one batch: the only way the sweep and check run a trial, so
+/// their own logic can be tested with a scripted runner. The real ones run
+/// a child process: [`BuiltInRunner`] and [`crate::measure::command::CommandRunner`].
+pub trait TrialRunner {
+    /// Runs trial number `trial` at `batch`; `on_step` sees each step as it
+    /// arrives. An error here is vramprobe's own (a folder it cannot
+    /// create), never the trial's: a trial that fails is a result.
+    fn run(&mut self, trial: u32, batch: u64, on_step: &mut dyn FnMut(&StepRecord)) -> anyhow::Result<TrialResult>;
+}
+
+/// A built-in workload's (or a TorchScript file's) trials, each a
+/// `vramprobe trial` child of `exe`.
+#[derive(Debug, Clone)]
+pub struct BuiltInRunner {
+    pub exe: PathBuf,
+    pub workload: crate::measure::workload::WorkloadConfig,
+    pub device: crate::measure::device::Device,
+    pub steps: u32,
+    pub limit: crate::measure::device::CapacityLimit,
+    pub timeout: Duration,
+}
+
+impl TrialRunner for BuiltInRunner {
+    fn run(&mut self, trial: u32, batch: u64, on_step: &mut dyn FnMut(&StepRecord)) -> anyhow::Result<TrialResult> {
+        let spec = TrialSpec {
+            workload: self.workload.clone(),
+            device: self.device,
+            batch,
+            steps: self.steps,
+            limit: self.limit,
+        };
+        Ok(run_trial(&self.exe, trial, &spec, self.timeout, on_step))
+    }
+}
+
 /// Runs a built-in trial in a child process. `on_step` sees each step as it arrives.
 pub fn run_trial(
     exe: &Path,

@@ -1,0 +1,175 @@
+//! What a run measures: a built-in model, a TorchScript file, or the user's
+//! own command. Each kind carries only what is true of it, end to end
+//! (report.json, plan.csv, the table, check, exec, train): a command's
+//! model, data, precision and optimizer are the command's own business, so
+//! its subject has none of them.
+use serde::{Deserialize, Serialize};
+
+use crate::measure::command::{Placeholders, UserCommand};
+use crate::measure::model;
+use crate::measure::workload::WorkloadConfig;
+
+/// The thing a run measures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Subject {
+    /// A model from vramprobe's registry, trained by vramprobe.
+    BuiltIn(WorkloadConfig),
+    /// A TorchScript file (`model` is its path), trained by vramprobe.
+    #[serde(rename = "torchscript")]
+    TorchScript(WorkloadConfig),
+    /// The user's own training command.
+    Command(CommandSubject),
+}
+
+/// The user's command, with what its placeholders became for this run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandSubject {
+    pub argv: Vec<String>,
+    /// What `{seq_len}` became (`--seq-len(s)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_len: Option<i64>,
+    /// What `{nproc}` became: the ranks of a distributed job (`--world-sizes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+}
+
+impl CommandSubject {
+    pub fn new(command: &UserCommand, at: Placeholders) -> CommandSubject {
+        CommandSubject { argv: command.argv.clone(), seq_len: at.seq_len, world_size: at.nproc }
+    }
+
+    pub fn command(&self) -> UserCommand {
+        UserCommand { argv: self.argv.clone() }
+    }
+
+    pub fn placeholders(&self) -> Placeholders {
+        Placeholders { seq_len: self.seq_len, nproc: self.world_size }
+    }
+}
+
+/// The three kinds, as plan.csv's `subject` column names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SubjectKind {
+    #[default]
+    BuiltIn,
+    #[serde(rename = "torchscript")]
+    TorchScript,
+    Command,
+}
+
+impl Subject {
+    /// A workload vramprobe trains itself: built-in or TorchScript, by its model name.
+    pub fn of_workload(workload: WorkloadConfig) -> Subject {
+        if model::is_path(&workload.model) {
+            Subject::TorchScript(workload)
+        } else {
+            Subject::BuiltIn(workload)
+        }
+    }
+
+    pub fn kind(&self) -> SubjectKind {
+        match self {
+            Subject::BuiltIn(_) => SubjectKind::BuiltIn,
+            Subject::TorchScript(_) => SubjectKind::TorchScript,
+            Subject::Command(_) => SubjectKind::Command,
+        }
+    }
+
+    /// The workload vramprobe trains; `None` for a command.
+    pub fn workload(&self) -> Option<&WorkloadConfig> {
+        match self {
+            Subject::BuiltIn(w) | Subject::TorchScript(w) => Some(w),
+            Subject::Command(_) => None,
+        }
+    }
+
+    pub fn command(&self) -> Option<&CommandSubject> {
+        match self {
+            Subject::Command(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The model's name or path, or the command line: what tables and titles show.
+    pub fn name(&self) -> String {
+        match self {
+            Subject::BuiltIn(w) | Subject::TorchScript(w) => w.model.clone(),
+            Subject::Command(c) => crate::units::shell_line(&c.argv),
+        }
+    }
+
+    /// The input of one sample as far as it is known: the workload's shape,
+    /// or a command's sequence length; empty when the command decides it.
+    pub fn input(&self) -> Vec<i64> {
+        match self {
+            Subject::BuiltIn(w) | Subject::TorchScript(w) => w.input.clone(),
+            Subject::Command(c) => c.seq_len.into_iter().collect(),
+        }
+    }
+
+    /// The sequence length of a token model or of a command with `{seq_len}`.
+    pub fn seq_len(&self) -> Option<i64> {
+        match self {
+            Subject::BuiltIn(w) | Subject::TorchScript(w) => (w.input.len() == 1).then(|| w.input[0]),
+            Subject::Command(c) => c.seq_len,
+        }
+    }
+
+    /// A folder name: the model's, or the command's script's ("command" without one).
+    pub fn label(&self) -> String {
+        match self {
+            Subject::BuiltIn(w) | Subject::TorchScript(w) => model::label(&w.model),
+            Subject::Command(c) => c
+                .argv
+                .iter()
+                .find(|a| a.ends_with(".py") || a.ends_with(".sh"))
+                .map_or_else(|| "command".to_string(), |script| model::label(script)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::optim::OptimizerKind;
+
+    fn resnet() -> WorkloadConfig {
+        WorkloadConfig {
+            model: "resnet18".into(),
+            input: vec![3, 32, 32],
+            classes: 10,
+            optimizer: OptimizerKind::Adam,
+            lr: 1e-3,
+            precision: Default::default(),
+            mode: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_command_serialises_only_what_is_true_of_it() {
+        let s = Subject::Command(CommandSubject {
+            argv: vec!["python".into(), "train.py".into(), "{batch}".into()],
+            seq_len: None,
+            world_size: Some(2),
+        });
+        let json = serde_json::to_value(&s).unwrap();
+        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["argv", "kind", "world_size"]);
+        assert_eq!(json["kind"], "command");
+        assert_eq!(serde_json::from_value::<Subject>(json).unwrap(), s);
+        assert_eq!(s.label(), "train.py");
+    }
+
+    #[test]
+    fn workloads_are_built_in_or_torchscript_by_name() {
+        let b = Subject::of_workload(resnet());
+        assert_eq!(b.kind(), SubjectKind::BuiltIn);
+        assert_eq!(serde_json::to_value(&b).unwrap()["kind"], "built-in");
+        let t = Subject::of_workload(WorkloadConfig { model: "models/net.pt".into(), ..resnet() });
+        assert_eq!((t.kind(), t.label().as_str()), (SubjectKind::TorchScript, "net"));
+        let back: Subject = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+    }
+}
