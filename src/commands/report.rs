@@ -8,7 +8,7 @@ use clap::CommandFactory;
 use crate::commands::cli::{Cli, CompletionsArgs, ReportArgs};
 use crate::error::UsageError;
 use crate::report::output;
-use crate::report::{self, table, Report};
+use crate::report::{self, table, Layout, Report, RunIndex};
 
 fn read_report(path: &Path) -> Result<Report> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -47,36 +47,64 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         }
         return Ok(0);
     }
-    let variants = variant_dirs(dir)?;
-    if variants.is_empty() {
+    let index = read_index(dir)?;
+    let mut reports = Vec::new();
+    for folder in &index.folders {
+        let path = dir.join(folder);
+        let report = read_report(&path.join("report.json"))?;
+        output::write_files(&path, &report::run_files(&report)?)?;
+        reports.push((folder.clone(), report));
+    }
+    let runs: Vec<(String, &Report)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
+    output::write_files(dir, &report::top_files(&index, &runs)?)?;
+    if !args.quiet {
+        match index.layout {
+            Layout::Variants => {
+                print!("{}", table::variants(&runs));
+                if let Some(s) = &index.seq_lens {
+                    print!("{}", table::seq_lengths(s));
+                }
+                if let Some(w) = &index.world_sizes {
+                    print!("{}", table::world_sizes(w));
+                }
+                println!("Rewrote {}: plan.csv, index.html and each variant's files", dir.display());
+            }
+            Layout::Devices => {
+                for (_, r) in &runs {
+                    print!("{}", table::summary(r));
+                }
+                println!("Rewrote {}: each device's files", dir.display());
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// The top folder's index (run.json); a sweep stopped before its first
+/// variant finished has none: its folders are then the variants, by name.
+fn read_index(dir: &Path) -> Result<RunIndex> {
+    let path = dir.join("run.json");
+    if path.is_file() {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        return serde_json::from_str(&text).map_err(|e| {
+            UsageError::new(format!("{}:{}: not a vramprobe run.json ({e})", path.display(), e.line())).into()
+        });
+    }
+    let folders: Vec<String> = variant_dirs(dir)?.into_iter().map(|(label, _)| label).collect();
+    if folders.is_empty() {
         return Err(UsageError::new(format!(
             "{}: no report.json here or in its folders: not a folder written by vramprobe sweep",
             dir.display()
         ))
         .into());
     }
-    let mut reports = Vec::new();
-    for (label, path) in &variants {
-        let report = read_report(&path.join("report.json"))?;
-        output::write_files(path, &report::run_files(&report)?)?;
-        reports.push((label.clone(), report));
-    }
-    // In the order they ran (then by name), as the sweep listed them.
-    reports.sort_by(|(la, a), (lb, b)| a.started_at.cmp(&b.started_at).then(la.cmp(lb)));
-    let runs: Vec<(String, &Report)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
-    let seq = dir.join("seq-lens.json").is_file().then(|| {
-        let all: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
-        report::seq_summary_of(&all)
-    });
-    output::write_files(dir, &report::variant_files(&runs, seq.as_ref())?)?;
-    if !args.quiet {
-        print!("{}", table::variants(&runs));
-        if let Some(s) = &seq {
-            print!("{}", table::seq_lengths(s));
-        }
-        println!("Rewrote {}: plan.csv, index.html and each variant's files", dir.display());
-    }
-    Ok(0)
+    Ok(RunIndex {
+        schema_version: report::REPORT_SCHEMA_VERSION,
+        layout: Layout::Variants,
+        folders,
+        seq_lens: None,
+        world_sizes: None,
+    })
 }
 
 pub fn completions(args: CompletionsArgs) -> Result<i32> {

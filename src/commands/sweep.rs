@@ -17,7 +17,7 @@ use crate::measure::runner::{self, BuiltInRunner, TrialRunner};
 use crate::measure::subject::{CommandSubject, Subject};
 use crate::report::output;
 use crate::report::progress::Status;
-use crate::report::{self, table, Report};
+use crate::report::{self, table, Layout, Report, RunIndex, REPORT_SCHEMA_VERSION};
 use crate::sweep::{self, BatchChoice, Sink, SweepConfig};
 use crate::units::{format_input, human_bytes};
 
@@ -328,6 +328,12 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             }
         }
     }
+    let runs: Vec<(String, &Report)> = configs
+        .iter()
+        .zip(&reports)
+        .filter_map(|((_, _, dir), r)| Some((folder_name(dir), r.as_ref().ok()?)))
+        .collect();
+    output::write_files(&out_dir, &report::top_files(&index(Layout::Devices, &runs, None, None), &runs)?)?;
     crate::interrupt::check()?;
     let min = recommended.iter().copied().min().unwrap_or(0);
     println!(
@@ -384,7 +390,7 @@ fn run_variants(
             }
         }
         let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
-        output::write_files(out_dir, &report::variant_files(&runs, None)?)?;
+        output::write_files(out_dir, &report::top_files(&index(Layout::Variants, &runs, None, None), &runs)?)?;
         if let Some(e) = interrupted {
             partial_note(&e, out_dir);
             return Err(e);
@@ -393,21 +399,25 @@ fn run_variants(
     let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
     let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
     print!("{}", table::variants(&runs));
-    if args.seq_lens.is_some() {
-        let summary = report::seq_summary_of(&reports);
-        print!("{}", table::seq_lengths(&summary));
-        output::write_files(out_dir, &report::variant_files(&runs, Some(&summary))?)?;
+    // The fits across the variants, computed once; run.json keeps them for `vramprobe report`.
+    let seq = args.seq_lens.is_some().then(|| report::seq_summary_of(&reports));
+    if let Some(summary) = &seq {
+        print!("{}", table::seq_lengths(summary));
     }
+    let mut world = None;
     if args.world_sizes.as_ref().is_some_and(|w| w.0.len() > 1) {
         match (args.seq_lens.is_some(), report::world_summary_of(&reports)) {
             (true, _) => println!("note: the fit across world sizes is made for one sequence length at a time: sweep each length on its own"),
             (false, Some(summary)) => {
                 print!("{}", table::world_sizes(&summary));
-                output::write_files(out_dir, &report::world_files(&reports, &summary)?)?;
-                println!("Wrote {}: world-sizes.json, plan-world-sizes.csv (predicted rows)", out_dir.display());
+                world = Some(summary);
             }
             (false, None) => println!("note: no world size has a memory line: nothing to fit across world sizes"),
         }
+    }
+    output::write_files(out_dir, &report::top_files(&index(Layout::Variants, &runs, seq, world.clone()), &runs)?)?;
+    if world.is_some() {
+        println!("Wrote {}: world-sizes.json, plan-world-sizes.csv (predicted rows)", out_dir.display());
     }
     println!("Wrote {}: plan.csv (one row per variant), index.html and one folder per variant", out_dir.display());
     for (label, r) in &done {
@@ -422,6 +432,21 @@ fn run_variants(
         return Err(anyhow!("no variant has a batch that fits"));
     }
     Ok(0)
+}
+
+/// The index of a sweep's top folder, over the runs done so far.
+fn index(
+    layout: Layout,
+    runs: &[(String, &Report)],
+    seq_lens: Option<crate::analyze::analysis::SeqSummary>,
+    world_sizes: Option<crate::analyze::worldfit::WorldSummary>,
+) -> RunIndex {
+    let folders = runs.iter().map(|(label, _)| label.clone()).collect();
+    RunIndex { schema_version: REPORT_SCHEMA_VERSION, layout, folders, seq_lens, world_sizes }
+}
+
+fn folder_name(dir: &Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// Why a variant has no result, when its trials failed with an error rather than an OOM.

@@ -97,11 +97,11 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str, timelin
     }
     body.push_str("<h2>Memory</h2>\n");
     body.push_str(&figure(memory_svg, "Peak memory per training step against the batch (memory.svg)."));
-    if let Some(w) = super::why::why_of(report) {
-        let (label, rows) = super::why::breakdown_rows(&w);
+    if let Some(w) = &report.why {
+        let (label, rows) = super::why::breakdown_rows(w);
         body.push_str(&format!("<h2>Why the batch stops there</h2>\n<p>{}</p>\n", escape(&label)));
         body.push_str(&html_table(&rows));
-        if let Some(note) = super::why::phase_note(&w) {
+        if let Some(note) = super::why::phase_note(w) {
             body.push_str(&format!("<p class=\"note\">{}</p>\n", escape(&note)));
         }
         if let Some(svg) = timeline_svg {
@@ -111,7 +111,7 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str, timelin
             ));
         }
         if !w.changes.is_empty() {
-            let (label, rows) = super::why::change_rows(&w);
+            let (label, rows) = super::why::change_rows(w);
             body.push_str(&format!("<p>{}</p>\n", escape(&label)));
             body.push_str(&html_table(&rows));
         }

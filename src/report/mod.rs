@@ -23,6 +23,7 @@ pub mod why;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::{Analysis, SeqSummary};
+use crate::analyze::why::Why;
 use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
 use crate::measure::device::Device;
 use crate::measure::environment::Environment;
@@ -71,6 +72,10 @@ pub struct Report {
     pub multiple_of: u64,
     pub trials: Vec<TrialResult>,
     pub analysis: Option<Analysis>,
+    /// Why the batch stops where it does: computed once by the sweep, when
+    /// the max batch was broken down; every view shows this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<Why>,
     pub notes: Vec<String>,
 }
 
@@ -148,6 +153,46 @@ pub fn variant_files(runs: &[(String, &Report)], seq: Option<&SeqSummary>) -> an
     if let Some((_, svg)) = heatmap {
         files.push(("seq-heatmap.svg", svg.into_bytes()));
     }
+    Ok(files)
+}
+
+/// How a sweep's top folder is laid out when it has one folder per run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// One folder per variant (optimizer, precision, mode, length, world size).
+    Variants,
+    /// One folder per device (`--device all`).
+    Devices,
+}
+
+/// The top folder of a sweep with one folder per run (`run.json`): the
+/// folders in the order they ran, and the fits across them, computed once
+/// by the sweep. Each folder has its own report.json; `vramprobe report`
+/// re-renders the top folder from this and those, never recomputing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunIndex {
+    pub schema_version: u32,
+    pub layout: Layout,
+    pub folders: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_lens: Option<SeqSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_sizes: Option<WorldSummary>,
+}
+
+/// Every file of a sweep's top folder, from its index and its runs (in
+/// the index's order): what `sweep` writes and `vramprobe report` writes again.
+pub fn top_files(index: &RunIndex, runs: &[(String, &Report)]) -> anyhow::Result<Vec<RunFile>> {
+    let mut files = Vec::new();
+    if index.layout == Layout::Variants {
+        files.extend(variant_files(runs, index.seq_lens.as_ref())?);
+        if let Some(summary) = &index.world_sizes {
+            let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
+            files.extend(world_files(&reports, summary)?);
+        }
+    }
+    files.push(("run.json", json::to_pretty(index)?));
     Ok(files)
 }
 

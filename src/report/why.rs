@@ -1,30 +1,12 @@
 //! The "why" block: what the peak is made of at the recommended and the
 //! max batch, when it happens, and what would change the max batch (the
 //! terminal summary and index.html show the same rows).
-use crate::analyze::why::{self, Why, WhyInput};
+use crate::analyze::why::{self, Why};
 use crate::measure::breakdown::{Breakdown, Category};
 use crate::units::human_bytes;
 
 use super::grid::{self, Rows};
 use super::Report;
-
-/// The run's why, when its max batch was broken down.
-pub fn why_of(report: &Report) -> Option<Why> {
-    let a = report.analysis.as_ref()?;
-    // A built-in's optimizer and precision are known; a command's are read from its breakdown.
-    let w = report.subject.workload();
-    why::explain(WhyInput {
-        trials: &report.trials,
-        fit: a.fit,
-        budget: a.budget,
-        max_batch: a.max_batch,
-        recommended_batch: a.recommended_batch,
-        capped: a.capped,
-        training: w.is_none_or(|w| w.mode == crate::measure::precision::Mode::Train),
-        optimizer: w.map(|w| w.optimizer),
-        precision: w.map(|w| w.precision),
-    })
-}
 
 /// "in backward at OP (file:line), 12.3 ms into the step".
 pub fn moment(b: &Breakdown) -> String {
@@ -137,16 +119,16 @@ pub fn phase_note(w: &Why) -> Option<String> {
 
 /// The block for the terminal summary.
 pub fn block(report: &Report) -> String {
-    let Some(w) = why_of(report) else { return String::new() };
+    let Some(w) = &report.why else { return String::new() };
     let mut out = String::new();
-    let (label, rows) = breakdown_rows(&w);
+    let (label, rows) = breakdown_rows(w);
     out.push_str(&format!("{label}\n"));
     out.push_str(&grid::render(&rows, 1));
-    if let Some(note) = phase_note(&w) {
+    if let Some(note) = phase_note(w) {
         out.push_str(&format!("note: {note}\n"));
     }
     if !w.changes.is_empty() {
-        let (label, rows) = change_rows(&w);
+        let (label, rows) = change_rows(w);
         out.push_str(&format!("{label}\n"));
         out.push_str(&grid::render_within(&rows, 3, 140));
     }
@@ -158,11 +140,11 @@ pub fn block(report: &Report) -> String {
 pub fn measured_rows(runs: &[(String, &Report)]) -> Option<(String, Rows)> {
     let ((base_label, base), others) = runs.split_first()?;
     let base_workload = base.subject.workload()?;
-    let w = why_of(base)?;
+    let w = base.why.as_ref()?;
     let rows: Vec<Vec<String>> = others
         .iter()
         .filter_map(|(label, r)| {
-            let change = why::predicted_for(&w, base_workload, r.subject.workload()?)?;
+            let change = why::predicted_for(w, base_workload, r.subject.workload()?)?;
             let a = r.analysis.as_ref()?;
             let measured = if a.capped { format!("{} (--max-batch)", a.max_batch) } else { a.max_batch.to_string() };
             let off = change

@@ -13,6 +13,7 @@ use crate::analyze::fit::Budget;
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
+use crate::analyze::why::{self, Why};
 use crate::measure::device::Device;
 use crate::measure::environment;
 use crate::measure::record::StepRecord;
@@ -225,6 +226,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         multiple_of: cfg.multiple_of,
         trials: Vec::new(),
         analysis: None,
+        why: None,
         notes: cfg.notes.clone(),
     };
     sink.report(&report)?;
@@ -253,6 +255,25 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
     let analysis = analysis::analyze(&report.trials, input);
     report.status = if analysis.max_batch > 0 { RunStatus::Complete } else { RunStatus::Failed };
     report.analysis = Some(analysis);
+    report.why = explain(&report);
     sweep.sink.report(&report)?;
     Ok(report)
+}
+
+/// The run's why, when its max batch was broken down.
+fn explain(report: &Report) -> Option<Why> {
+    let a = report.analysis.as_ref()?;
+    // A built-in's optimizer and precision are known; a command's are read from its breakdown.
+    let w = report.subject.workload();
+    why::explain(why::WhyInput {
+        trials: &report.trials,
+        fit: a.fit,
+        budget: a.budget,
+        max_batch: a.max_batch,
+        recommended_batch: a.recommended_batch,
+        capped: a.capped,
+        training: w.is_none_or(|w| w.mode == crate::measure::precision::Mode::Train),
+        optimizer: w.map(|w| w.optimizer),
+        precision: w.map(|w| w.precision),
+    })
 }
