@@ -74,6 +74,33 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
     assert_eq!(&row[header.iter().position(|h| *h == "subject").unwrap()], "command");
     let log = std::fs::read_to_string(dir.path().join("run/trials/001-batch-8/output.log")).unwrap();
     assert!(log.contains("step 0 loss"), "{log}");
+    hook_records_follow_the_protocol(&dir.path().join("run/trials/001-batch-8"));
+}
+
+/// The hook's records from a real trial against the protocol's one Rust
+/// definition, read strictly (no unknown field, every required one): a
+/// start in this protocol version first, then the steps, the breakdown of
+/// the peak and the end. The spec the hook read is the parent's.
+fn hook_records_follow_the_protocol(trial: &Path) {
+    use vramprobe::measure::record::{Message, TrialSpec, PROTOCOL_VERSION};
+    let spec: TrialSpec = serde_json::from_slice(&std::fs::read(trial.join("spec.json")).unwrap()).unwrap();
+    let text = std::fs::read_to_string(trial.join("records.jsonl")).unwrap();
+    let messages: Vec<Message> =
+        text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let Some(Message::Start(start)) = messages.first() else { panic!("the first record is not a start: {text}") };
+    assert_eq!(start.schema_version, PROTOCOL_VERSION);
+    let steps: Vec<_> = messages.iter().filter_map(|m| if let Message::Step(s) = m { Some(s) } else { None }).collect();
+    assert_eq!(steps.len() as u32, spec.steps);
+    assert!(steps.iter().all(|s| s.batch == spec.batch && s.data_seconds.is_none()), "a command's step is one piece");
+    assert!(messages.iter().any(|m| matches!(m, Message::Breakdown { .. })), "{text}");
+    assert!(matches!(messages.last(), Some(Message::End { .. })), "{text}");
+    // The hook says the same version as the Rust side.
+    let hook =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/measure/hook/vramprobe_hook.py")).unwrap();
+    assert!(
+        hook.contains(&format!("\nPROTOCOL_VERSION = {PROTOCOL_VERSION}\n")),
+        "vramprobe_hook.py's PROTOCOL_VERSION"
+    );
 }
 
 #[test]
@@ -291,7 +318,8 @@ fn a_loop_without_torch_optim_marks_its_steps_by_hand() {
     let Some(python) = python("a_loop_without_torch_optim_marks_its_steps_by_hand") else { return };
     let dir = tempfile::tempdir().unwrap();
     // A hand-written update (no torch.optim): one vramprobe_hook.step() per
-    // step; anything else written into the records file is not a record.
+    // step. (A line in the records file that is not a record is a protocol
+    // error that fails the trial: tests/runner.rs.)
     let script = "import os, torch, vramprobe_hook\n\
                   w = torch.zeros(1000, requires_grad=True)\n\
                   for _ in range(10):\n    \
@@ -300,7 +328,6 @@ fn a_loop_without_torch_optim_marks_its_steps_by_hand() {
                       with torch.no_grad(): w -= 0.1 * w.grad\n    \
                       w.grad = None\n    \
                       del x\n    \
-                      open(os.environ['VRAMPROBE_RECORDS_DIR'] + '/records.jsonl', 'a').write('not a record\\n')\n    \
                       vramprobe_hook.step()\n";
     let command = [python, "-c".into(), format!("{script}# {{batch}}")];
     let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "1000,2000"], &command);

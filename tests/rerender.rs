@@ -33,7 +33,8 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 fn sweep_then_rerender(sweep: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let run = vramprobe().arg("sweep").args(sweep).arg("--quiet").arg("--out").arg(&out).output().unwrap();
+    // The options first: in command mode everything after `--` is the command.
+    let run = vramprobe().args(["sweep", "--quiet", "--out"]).arg(&out).args(sweep).output().unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let written = files(&out);
     for path in written.keys() {

@@ -112,7 +112,7 @@ fn csv_headers_are_stable() {
     let header = |name: &str| std::fs::read_to_string(out.join(name)).unwrap().lines().next().unwrap().to_string();
     assert_eq!(
         header("plan.csv"),
-        "schema_version,model,input,classes,device,device_name,mode,precision,optimizer,capacity_bytes,margin_fraction,non_pytorch_bytes,budget_bytes,fit_basis,fixed_bytes,per_sample_bytes,r2,fit_points,strategy,trials,max_batch,exact,predicted_max_batch,recommended_batch,recommended_verified,recommended_peak_bytes,headroom_bytes,fastest_batch,fastest_samples_per_second,world_size,global_batch"
+        "schema_version,model,input,classes,device,device_name,mode,precision,optimizer,capacity_bytes,margin_fraction,non_pytorch_bytes,budget_bytes,fit_basis,fixed_bytes,per_sample_bytes,r2,fit_points,strategy,trials,max_batch,exact,predicted_max_batch,recommended_batch,recommended_verified,recommended_peak_bytes,headroom_bytes,fastest_batch,fastest_samples_per_second,world_size,global_batch,subject"
     );
     assert_eq!(
         header("sweep.csv"),

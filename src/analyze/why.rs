@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::fit::{Budget, LinearFit};
-use crate::measure::breakdown::{Breakdown, Category};
+use crate::measure::breakdown::{Breakdown, Category, PeakPhase};
 use crate::measure::optim::OptimizerKind;
 use crate::measure::precision::Precision;
 use crate::measure::record::{Outcome, TrialResult};
@@ -87,7 +87,7 @@ pub struct Why {
     pub changes: Vec<Change>,
     /// The phase of each fitting trial's peak, by batch: where the peak
     /// moves (say from the optimizer step to backward), its make-up changes.
-    pub phases: Vec<(u64, String)>,
+    pub phases: Vec<(u64, PeakPhase)>,
     /// What stopped the batch when memory did not ("--max-batch stopped the search"): the
     /// breakdown is then of the largest batch run, not of a memory limit.
     #[serde(default)]
@@ -120,12 +120,12 @@ fn batch_dependent(c: Category) -> bool {
 /// peak falls in `phase` (where the peak moves to another phase, say from
 /// the optimizer step to backward, its make-up changes with it), and
 /// whether they rest on one batch only (then bytes / batch, not a fit).
-pub fn per_sample(trials: &[TrialResult], phase: Option<&str>) -> (Vec<f64>, bool) {
+pub fn per_sample(trials: &[TrialResult], phase: Option<PeakPhase>) -> (Vec<f64>, bool) {
     let broken: Vec<(u64, &Breakdown)> = trials
         .iter()
         .filter(|t| t.outcome == Outcome::Fits)
         .filter_map(|t| Some((t.batch, t.peak_breakdown()?)))
-        .filter(|(_, b)| b.phase.as_deref() == phase)
+        .filter(|(_, b)| b.phase == phase)
         .collect();
     // The fit needs two batches; with one, bytes / batch bounds the slope.
     let batches: std::collections::BTreeSet<u64> = broken.iter().map(|(b, _)| *b).collect();
@@ -171,7 +171,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
     }
     at.extend(at_batch(input.trials, "max", input.max_batch));
     let top = at.last()?.breakdown.clone();
-    let (per_sample_bytes, per_sample_from_one_trial) = per_sample(input.trials, top.phase.as_deref());
+    let (per_sample_bytes, per_sample_from_one_trial) = per_sample(input.trials, top.phase);
     let mut changes = Vec::new();
     if let Some(fit) = input.fit {
         let budget = input.budget.budget_bytes;
@@ -270,7 +270,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         .trials
         .iter()
         .filter(|t| t.outcome == Outcome::Fits)
-        .filter_map(|t| Some((t.batch, t.peak_breakdown()?.phase.clone()?)))
+        .filter_map(|t| Some((t.batch, t.peak_breakdown()?.phase?)))
         .collect();
     let stopped_by = stopped_by(input.trials, input.max_batch, input.capped);
     Some(Why { at, per_sample_bytes, per_sample_from_one_trial, changes, phases, stopped_by })
@@ -333,7 +333,7 @@ mod tests {
             peak_bytes: bytes.total(),
             bytes,
             unattributed_bytes: 0,
-            phase: Some("backward".into()),
+            phase: Some(crate::measure::breakdown::PeakPhase::Backward),
             op: None,
             source: None,
             peak_ms: 1.0,
@@ -391,14 +391,14 @@ mod tests {
     #[test]
     fn each_category_has_its_bytes_per_sample() {
         let trials = [trial(100), trial(512), trial(600)];
-        let (per, one) = per_sample(&trials, Some("backward"));
+        let (per, one) = per_sample(&trials, Some(PeakPhase::Backward));
         assert!(!one, "three trials: fitted");
         assert!((per[Category::Activations.index()] - MIB as f64).abs() < 1e-6);
         assert!(per[Category::Parameters.index()].abs() < 1e-6);
         // Another phase's trials do not count.
-        assert!(per_sample(&trials, Some("forward")).0.iter().all(|&b| b == 0.0));
+        assert!(per_sample(&trials, Some(PeakPhase::Forward)).0.iter().all(|&b| b == 0.0));
         // One trial: bytes / batch, flagged as such.
-        let (per, one) = per_sample(&trials[2..], Some("backward"));
+        let (per, one) = per_sample(&trials[2..], Some(PeakPhase::Backward));
         assert!(one && (per[Category::Activations.index()] - MIB as f64).abs() < 1e-6);
     }
 

@@ -15,7 +15,7 @@
 //! (`analyze::search::run`) but never imports `sweep`, `train` or
 //! `commands`.
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -26,8 +26,8 @@ use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::search::{self, synthetic, Observation, Probe, SearchLimits, StrategyKind};
 use crate::measure::device::{CapacityLimit, Device};
 use crate::measure::optim::OptimizerKind;
+use crate::measure::record::TrialSpec;
 use crate::measure::runner;
-use crate::measure::trial::TrialSpec;
 use crate::measure::workload::WorkloadConfig;
 
 pub const STEPS_PER_TRIAL: u32 = 3;
@@ -73,8 +73,9 @@ impl RealCase {
     }
 
     fn spec(&self, batch: u64, cpu_limit: Option<u64>) -> TrialSpec {
+        let limit = CapacityLimit { cpu_bytes: cpu_limit, cuda_fraction: None };
         TrialSpec {
-            workload: WorkloadConfig {
+            workload: Some(WorkloadConfig {
                 model: self.model.into(),
                 input: self.input.to_vec(),
                 classes: 10,
@@ -82,11 +83,8 @@ impl RealCase {
                 lr: 1e-3,
                 precision: Default::default(),
                 mode: Default::default(),
-            },
-            device: Device::Cpu,
-            batch,
-            steps: STEPS_PER_TRIAL,
-            limit: CapacityLimit { cpu_bytes: cpu_limit, cuda_fraction: None },
+            }),
+            ..TrialSpec::new(batch, STEPS_PER_TRIAL, Device::Cpu, limit)
         }
     }
 }
@@ -203,7 +201,7 @@ impl RealOracle<'_> {
             return o.clone();
         }
         let spec = self.case.spec(batch, Some(self.budget.capacity_bytes));
-        let trial = runner::run_trial(self.exe, 0, &spec, TRIAL_TIMEOUT, |_| {});
+        let trial = runner::run_trial(self.exe, trial_dir(), 0, &spec, TRIAL_TIMEOUT, |_| {});
         let o = observe(&trial, &self.budget, FitBasis::PeakAllocated);
         (self.progress)(&format!(
             "  {} batch {batch}: {}",
@@ -215,13 +213,18 @@ impl RealOracle<'_> {
     }
 }
 
+/// The folder of the benchmark's trials (one at a time): its spec and records.
+fn trial_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("vramprobe-bench-{}", std::process::id()))
+}
+
 /// The capacity that puts `case`'s max at its target on this machine: its
 /// memory line through two unconstrained trials, measured here.
 fn derive_capacity(exe: &Path, case: &RealCase) -> Result<u64> {
     let (low, high) = (case.target_max / 4, case.target_max / 2);
     let mut points = Vec::new();
     for batch in [low, high] {
-        let trial = runner::run_trial(exe, 0, &case.spec(batch, None), TRIAL_TIMEOUT, |_| {});
+        let trial = runner::run_trial(exe, trial_dir(), 0, &case.spec(batch, None), TRIAL_TIMEOUT, |_| {});
         match FitBasis::PeakAllocated.peak(&trial) {
             Some(peak) if trial.outcome == crate::measure::record::Outcome::Fits => points.push((batch, peak)),
             _ => bail!("{}: measuring batch {batch} failed: {}", case.name(), trial.message.unwrap_or_default()),

@@ -167,24 +167,25 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let limit = CapacityLimit::new(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
     let steps = args.steps;
-    let trial = match &subject {
+    // The trial's folder (spec, records, a command's output), kept only for this check.
+    let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
+    let mut runner: Box<dyn TrialRunner> = match &subject {
         Subject::BuiltIn(w) | Subject::TorchScript(w) => {
             let exe = std::env::current_exe().context("locating the vramprobe binary to run the check")?;
-            BuiltInRunner { exe, workload: w.clone(), device, steps, limit, timeout }.run(1, batch, &mut |_| {})?
+            let trials_dir = scratch.clone();
+            Box::new(BuiltInRunner { exe, trials_dir, workload: w.clone(), device, steps, limit, timeout })
         }
         Subject::Command(c) => {
-            // The command's output and records, kept only for this check.
-            let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
             let runs = CommandRuns::new(c.command(), c.placeholders(), scratch.clone())
                 .context("preparing vramprobe's Python hook")?;
-            let trial = CommandRunner { runs, device, steps, limit, timeout }.run(1, batch, &mut |_| {})?;
-            // A failed command's output stays for the user to read.
-            if matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
-                let _ = std::fs::remove_dir_all(&scratch);
-            }
-            trial
+            Box::new(CommandRunner { runs, device, steps, limit, timeout })
         }
     };
+    let trial = runner.run(1, batch, &mut |_| {})?;
+    // A failed trial's folder (a command's output) stays for the user to read.
+    if matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
     // Ctrl-C or SIGTERM killed the check's trial: no verdict, exit 130/143.
     crate::interrupt::check()?;
 

@@ -354,19 +354,22 @@ pub struct ListArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct TrialArgs {
+    /// The parent's trial spec: the records go beside it (the trial protocol).
+    #[arg(long, conflicts_with_all = ["device", "batch", "json"])]
+    pub spec: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub workload: WorkloadArgs,
     #[arg(long, value_parser = parse_device)]
-    pub device: DeviceRequest,
+    pub device: Option<DeviceRequest>,
     #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
-    pub batch: u64,
+    pub batch: Option<u64>,
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
     pub steps: u32,
     /// A real memory limit for libtorch on the CPU, in bytes.
     #[arg(long, value_parser = parse_bytes)]
     pub cpu_limit: Option<u64>,
-    /// Stream one JSON record per line (the only output format).
-    #[arg(long, required = true)]
+    /// By hand: stream one JSON record per line on stdout.
+    #[arg(long)]
     pub json: bool,
 }
 
@@ -474,5 +477,95 @@ mod tests {
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+}
+
+/// `--precision`, `--mode`, `--optimizer` and `--strategy` values, with
+/// their help: the command line's business, so defined here, over the
+/// names the types themselves use everywhere else.
+mod values {
+    use clap::builder::PossibleValue;
+    use clap::ValueEnum;
+
+    use crate::analyze::search::StrategyKind;
+    use crate::measure::optim::OptimizerKind;
+    use crate::measure::precision::{Mode, Precision};
+
+    impl ValueEnum for Precision {
+        fn value_variants<'a>() -> &'a [Self] {
+            &Precision::ALL
+        }
+
+        fn to_possible_value(&self) -> Option<PossibleValue> {
+            Some(PossibleValue::new(self.name()).help(match self {
+                Precision::Fp32 => "Everything in float32 (PyTorch's default)",
+                Precision::Bf16 => "Parameters, activations and optimizer state in bfloat16 (`model.bfloat16()`)",
+                Precision::Fp16Amp => {
+                    "float32 parameters, float16 autocast and a dynamic loss scale (`torch.autocast` + `GradScaler`)"
+                }
+                Precision::Bf16Amp => {
+                    "float32 parameters, bfloat16 autocast in forward and the loss (no scaling needed)"
+                }
+            }))
+        }
+    }
+
+    impl ValueEnum for Mode {
+        fn value_variants<'a>() -> &'a [Self] {
+            &Mode::ALL
+        }
+
+        fn to_possible_value(&self) -> Option<PossibleValue> {
+            Some(PossibleValue::new(self.name()).help(match self {
+                Mode::Train => "Forward, loss, backward and the optimizer step",
+                Mode::Eval => "Forward only, without gradients, the model in eval mode: for inference batch sizes",
+            }))
+        }
+    }
+
+    impl ValueEnum for OptimizerKind {
+        fn value_variants<'a>() -> &'a [Self] {
+            &OptimizerKind::ALL
+        }
+
+        fn to_possible_value(&self) -> Option<PossibleValue> {
+            Some(PossibleValue::new(self.name()))
+        }
+    }
+
+    impl ValueEnum for StrategyKind {
+        fn value_variants<'a>() -> &'a [Self] {
+            &StrategyKind::ALL
+        }
+
+        fn to_possible_value(&self) -> Option<PossibleValue> {
+            Some(PossibleValue::new(self.name()).help(match self {
+                StrategyKind::Vramprobe => "Fit-guided: few small probes, fit, probe the prediction, refine, verify",
+                StrategyKind::LightningPower => "PyTorch Lightning `scale_batch_size(mode=\"power\")`",
+                StrategyKind::LightningBinsearch => "PyTorch Lightning `scale_batch_size(mode=\"binsearch\")`",
+                StrategyKind::Accelerate => "HuggingFace Accelerate `find_executable_batch_size`",
+            }))
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_command_line_offers_each_types_own_names() {
+            for p in Precision::ALL {
+                assert_eq!(p.to_possible_value().unwrap().get_name(), p.name());
+            }
+            for m in Mode::ALL {
+                assert_eq!(m.to_possible_value().unwrap().get_name(), m.name());
+            }
+            for o in OptimizerKind::ALL {
+                assert_eq!(o.to_possible_value().unwrap().get_name(), o.name());
+            }
+            for k in StrategyKind::ALL {
+                assert_eq!(k.to_possible_value().unwrap().get_name(), k.name());
+            }
+        }
     }
 }

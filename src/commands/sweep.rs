@@ -91,7 +91,8 @@ impl Sink for Lines {
 
 /// What runs the trials of `subject` on `device`: a `vramprobe trial`
 /// child per batch for a built-in or TorchScript model, the user's command
-/// (its trial folders under `dir/trials`) for a command.
+/// for a command; each trial's folder (spec, records, a command's output)
+/// under `dir/trials`.
 fn trial_runner(
     args: &SweepArgs,
     subject: &Subject,
@@ -104,6 +105,7 @@ fn trial_runner(
     Ok(match subject {
         Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
             exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
+            trials_dir: dir.join("trials"),
             workload: w.clone(),
             device,
             steps,

@@ -1,110 +1,100 @@
-//! `vramprobe trial` (hidden): the child process of one sweep trial.
-use anyhow::Result;
+//! `vramprobe trial` (hidden): the child process of one trial. The parent
+//! runs it as `trial --spec DIR/spec.json` (the trial protocol: the spec in,
+//! records appended to `DIR/records.jsonl`); by hand, flags describe the
+//! trial and the records go to stdout (`--json`).
+use std::path::Path;
+
+use anyhow::{Context, Result};
 
 use crate::commands::cli::TrialArgs;
 use crate::error::UsageError;
 use crate::measure::device::{self, CapacityLimit, DeviceRequest};
-use crate::measure::trial::{self, TrialSpec};
+use crate::measure::record::{TrialSpec, PROTOCOL_VERSION};
+use crate::measure::trial;
 
-/// The trial the parent asked for on the command line.
+/// A trial by hand: the one the flags describe.
 fn spec_of(args: &TrialArgs) -> Result<TrialSpec> {
-    if matches!(args.device, DeviceRequest::Auto | DeviceRequest::All) {
+    let (Some(request), Some(batch), true) = (args.device, args.batch, args.json) else {
+        return Err(UsageError::new("trial needs --spec FILE, or --json with --device and --batch").into());
+    };
+    if matches!(request, DeviceRequest::Auto | DeviceRequest::All) {
         return Err(UsageError::new("trial needs a concrete --device (cpu or cuda:N)").into());
     }
-    let (device, _) = device::resolve(args.device)?;
+    let (device, _) = device::resolve(request)?;
+    let limit = CapacityLimit { cpu_bytes: args.cpu_limit, cuda_fraction: None };
     Ok(TrialSpec {
-        workload: super::workload_config(&args.workload)?,
-        device,
-        batch: args.batch,
-        steps: args.steps,
-        limit: CapacityLimit { cpu_bytes: args.cpu_limit, cuda_fraction: None },
+        workload: Some(super::workload_config(&args.workload)?),
+        ..TrialSpec::new(batch, args.steps, device, limit)
     })
 }
 
+/// The parent's spec, read strictly.
+fn read_spec(path: &Path) -> Result<TrialSpec> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading the trial spec {}", path.display()))?;
+    let spec: TrialSpec = serde_json::from_slice(&bytes)
+        .map_err(|e| UsageError::new(format!("{}: not a vramprobe trial spec ({e})", path.display())))?;
+    if spec.schema_version != PROTOCOL_VERSION {
+        return Err(UsageError::new(format!(
+            "{}: trial protocol version {}, this vramprobe speaks {PROTOCOL_VERSION}",
+            path.display(),
+            spec.schema_version
+        ))
+        .into());
+    }
+    Ok(spec)
+}
+
 pub fn run(args: TrialArgs) -> Result<i32> {
-    trial::run(&spec_of(&args)?, &mut std::io::stdout().lock())?;
+    match &args.spec {
+        Some(path) => {
+            let spec = read_spec(path)?;
+            let records = path.with_file_name("records.jsonl");
+            let mut out = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&records)
+                .with_context(|| format!("opening {}", records.display()))?;
+            trial::run(&spec, &mut out)?;
+        }
+        None => trial::run(&spec_of(&args)?, &mut std::io::stdout().lock())?,
+    }
     Ok(0)
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::commands::cli::{Cli, Command};
     use crate::measure::device::Device;
     use crate::measure::optim::OptimizerKind;
     use crate::measure::precision::{Mode, Precision};
-    use crate::measure::runner::child_args;
     use crate::measure::workload::WorkloadConfig;
 
-    fn parsed(spec: &TrialSpec) -> TrialArgs {
-        let argv = std::iter::once("vramprobe".to_string()).chain(child_args(spec));
-        match Cli::try_parse_from(argv) {
-            Ok(Cli { command: Command::Trial(args), .. }) => args,
-            Ok(_) => panic!("not the trial command"),
-            Err(e) => panic!("the parent's command line does not parse: {e}"),
-        }
-    }
-
-    /// The parent writes the hidden command's flags by hand; clap must read
-    /// every one of them back into the same trial, so a renamed or retyped
-    /// flag fails here rather than at run time.
+    /// What the parent writes, the child reads back whole.
     #[test]
-    fn the_parents_command_line_parses_back_into_the_same_trial() {
-        let workload = |model: &str, input: Vec<i64>| WorkloadConfig {
-            model: model.into(),
-            input,
+    fn a_spec_reads_back_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spec.json");
+        let workload = WorkloadConfig {
+            model: "resnet18".into(),
+            input: vec![3, 64, 48],
             classes: 17,
             optimizer: OptimizerKind::Adamw,
             lr: 0.0125,
             precision: Precision::Bf16Amp,
             mode: Mode::Eval,
         };
-        let specs = [
-            TrialSpec {
-                workload: workload("resnet18", vec![3, 64, 48]),
-                device: Device::Cpu,
-                batch: 96,
-                steps: 5,
-                limit: CapacityLimit { cpu_bytes: Some(123_456_789), cuda_fraction: None },
-            },
-            TrialSpec {
-                workload: workload("gpt-nano", vec![128]),
-                device: Device::Cpu,
-                batch: 1,
-                steps: 2,
-                limit: CapacityLimit::default(),
-            },
-        ];
-        for spec in specs {
-            let back = spec_of(&parsed(&spec)).unwrap();
-            assert_eq!(back.workload, spec.workload);
-            assert_eq!(
-                (back.device, back.batch, back.steps, back.limit),
-                (spec.device, spec.batch, spec.steps, spec.limit)
-            );
-        }
-        // A CUDA device travels as cuda:N (resolved only on a machine that has it).
-        let on_gpu = TrialSpec { device: Device::Cuda(1), limit: CapacityLimit::default(), ..specs_first() };
-        assert_eq!(parsed(&on_gpu).device, DeviceRequest::Cuda(1));
-    }
-
-    fn specs_first() -> TrialSpec {
-        TrialSpec {
-            workload: WorkloadConfig {
-                model: "squeezenet1_1".into(),
-                input: vec![3, 32, 32],
-                classes: 10,
-                optimizer: OptimizerKind::Sgd,
-                lr: 0.1,
-                precision: Precision::Fp32,
-                mode: Mode::Train,
-            },
-            device: Device::Cpu,
-            batch: 2,
-            steps: 3,
-            limit: CapacityLimit::default(),
-        }
+        let limit = CapacityLimit { cpu_bytes: Some(123_456_789), cuda_fraction: Some(0.25) };
+        let spec = TrialSpec { workload: Some(workload), ..TrialSpec::new(96, 5, Device::Cuda(1), limit) };
+        std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+        assert_eq!(read_spec(&path).unwrap(), spec);
+        // Another version, or a field this version does not know, is refused.
+        let mut other = serde_json::to_value(&spec).unwrap();
+        other["schema_version"] = 99.into();
+        std::fs::write(&path, other.to_string()).unwrap();
+        assert!(read_spec(&path).unwrap_err().to_string().contains("protocol version 99"));
+        let mut extra = serde_json::to_value(&spec).unwrap();
+        extra["surprise"] = 1.into();
+        std::fs::write(&path, extra.to_string()).unwrap();
+        assert!(read_spec(&path).unwrap_err().to_string().contains("unknown field"));
     }
 }

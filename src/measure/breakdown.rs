@@ -121,8 +121,41 @@ impl Method {
     }
 }
 
+/// The part of a training step a peak falls in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakPhase {
+    Data,
+    ZeroGrad,
+    Forward,
+    Backward,
+    Optimizer,
+    /// Outside every phase the profile tells apart (command mode).
+    Other,
+}
+
+impl PeakPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeakPhase::Data => "data",
+            PeakPhase::ZeroGrad => "zero_grad",
+            PeakPhase::Forward => "forward",
+            PeakPhase::Backward => "backward",
+            PeakPhase::Optimizer => "optimizer",
+            PeakPhase::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for PeakPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A step's peak, broken down.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Breakdown {
     /// The step's measured peak; the categories sum to it exactly.
     pub peak_bytes: u64,
@@ -131,8 +164,8 @@ pub struct Breakdown {
     /// began, or on a thread it does not see); 0 when every byte is known.
     #[serde(default)]
     pub unattributed_bytes: u64,
-    /// The phase the peak is reached in: data, zero_grad, forward, backward, optimizer.
-    pub phase: Option<String>,
+    /// The phase the peak is reached in.
+    pub phase: Option<PeakPhase>,
     /// The op whose allocation reaches the peak (outermost op; an autograd node in backward).
     pub op: Option<String>,
     /// Command mode: the script's own line that runs that op, as `file:line`.
@@ -150,15 +183,18 @@ pub struct Breakdown {
 /// How many points a timeline keeps (each a bucket's highest).
 pub const TIMELINE_POINTS: usize = 240;
 
-/// A ledger phase id's name in the breakdown.
-fn phase_label(id: i32) -> Option<&'static str> {
+/// A ledger phase id's phase in the breakdown.
+fn phase_label(id: i32) -> Option<PeakPhase> {
     [Phase::Data, Phase::ZeroGrad, Phase::Forward, Phase::Backward, Phase::Optimizer]
         .into_iter()
         .find(|p| p.ledger_id() == id)
-        .map(|p| match p {
-            Phase::Optimizer => "optimizer",
-            Phase::Data => "data",
-            other => other.name(),
+        .and_then(|p| match p {
+            Phase::Data => Some(PeakPhase::Data),
+            Phase::ZeroGrad => Some(PeakPhase::ZeroGrad),
+            Phase::Forward => Some(PeakPhase::Forward),
+            Phase::Backward => Some(PeakPhase::Backward),
+            Phase::Optimizer => Some(PeakPhase::Optimizer),
+            Phase::Build => None,
         })
 }
 
@@ -282,7 +318,7 @@ pub fn from_ledger(
         peak_bytes: measured_peak.max(known),
         bytes,
         unattributed_bytes,
-        phase: peak_event.and_then(|e| phase_label(e.phase)).map(str::to_string),
+        phase: peak_event.and_then(|e| phase_label(e.phase)),
         op: peak_event.filter(|e| e.op >= 0).and_then(|e| op_name(e.op)),
         source: None,
         peak_ms: peak_event.map_or(0.0, |e| e.ns as f64 / 1e6),
@@ -366,7 +402,7 @@ mod tests {
         assert_eq!(get(Category::Gradients), 100);
         assert_eq!(get(Category::Temporaries), 30);
         assert_eq!(get(Category::Other), 0);
-        assert_eq!(b.phase.as_deref(), Some("backward"));
+        assert_eq!(b.phase.map(|p| p.name()), Some("backward"));
     }
 
     #[test]
@@ -389,7 +425,7 @@ mod tests {
         let b = from_ledger(&baseline, &events, &marks, 750, |_| None);
         assert_eq!(b.bytes.get(Category::Temporaries), 500);
         assert_eq!(b.bytes.get(Category::Activations), 40);
-        assert_eq!(b.phase.as_deref(), Some("forward"));
+        assert_eq!(b.phase.map(|p| p.name()), Some("forward"));
         assert_eq!(b.bytes.total(), 750);
     }
 

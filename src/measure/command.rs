@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::UsageError;
 use crate::measure::device::{CapacityLimit, Device};
+use crate::measure::record::TrialSpec;
 use crate::measure::runner::TrialKind;
 
 /// The hook, embedded in the binary and written to the cache on first use.
@@ -183,15 +184,12 @@ impl CommandRuns {
         device: Device,
         limit: CapacityLimit,
     ) -> std::io::Result<CommandTrial<'_>> {
-        let dir = self.trials_dir.join(format!("{n:03}-batch-{batch}"));
+        let dir = crate::measure::runner::trial_dir(&self.trials_dir, n, batch);
         std::fs::create_dir_all(&dir)?;
         Ok(CommandTrial {
             command: &self.command,
-            batch,
+            spec: TrialSpec::new(batch, steps, device, limit),
             at: self.at,
-            steps,
-            device,
-            limit,
             dir,
             hook_dir: &self.hook_dir,
         })
@@ -225,24 +223,27 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
 /// One trial of the user's command.
 pub struct CommandTrial<'a> {
     pub command: &'a UserCommand,
-    pub batch: u64,
+    /// The batch, steps, device and limit: the hook reads them from the folder.
+    pub spec: TrialSpec,
     pub at: Placeholders,
-    pub steps: u32,
-    pub device: Device,
-    pub limit: CapacityLimit,
-    /// The trial's folder: the records files and output.log.
+    /// The trial's folder: spec.json, the records files and output.log.
     pub dir: PathBuf,
     /// The installed hook (see [`install_hook`]).
     pub hook_dir: &'a Path,
 }
 
 impl TrialKind for CommandTrial<'_> {
-    fn batch(&self) -> u64 {
-        self.batch
+    fn spec(&self) -> &TrialSpec {
+        &self.spec
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn command(&self) -> Command {
-        let argv = self.command.for_trial(self.batch, &self.at);
+        let batch = self.spec.batch;
+        let argv = self.command.for_trial(batch, &self.at);
         let mut command = Command::new(&argv[0]);
         command.args(&argv[1..]);
         let python_path = match std::env::var_os("PYTHONPATH") {
@@ -256,25 +257,20 @@ impl TrialKind for CommandTrial<'_> {
         };
         command
             .env("PYTHONPATH", python_path)
+            // The hook's one channel: it reads spec.json there and writes its records there.
             .env("VRAMPROBE_RECORDS_DIR", &self.dir)
-            .env("VRAMPROBE_BATCH", self.batch.to_string())
-            .env("VRAMPROBE_STEPS", self.steps.to_string())
-            .env("VRAMPROBE_DEVICE", self.device.to_string())
+            // For the user's script, which may want its batch without parsing flags.
+            .env("VRAMPROBE_BATCH", batch.to_string())
             // A vramprobe run inside a measured program measures afresh.
             .env_remove("VRAMPROBE_HOOK_CLAIM");
         // The CPU profiler's own chatter stays out of the user's log.
         if std::env::var_os("KINETO_LOG_LEVEL").is_none() {
             command.env("KINETO_LOG_LEVEL", "5");
         }
-        if let Some(fraction) = self.limit.cuda_fraction {
-            command.env("VRAMPROBE_CUDA_FRACTION", fraction.to_string());
+        if let Some(fraction) = self.spec.limit.cuda_fraction {
             crate::measure::device::cuda::limit_child(&mut command, fraction);
         }
         command
-    }
-
-    fn records_dir(&self) -> Option<PathBuf> {
-        Some(self.dir.clone())
     }
 
     fn log_file(&self) -> Option<PathBuf> {
@@ -282,7 +278,7 @@ impl TrialKind for CommandTrial<'_> {
     }
 
     fn nvml_device(&self) -> Option<usize> {
-        match self.device {
+        match self.spec.device {
             Device::Cuda(i) => Some(i),
             Device::Cpu => None,
         }

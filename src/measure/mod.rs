@@ -4,7 +4,7 @@
 //! child and reads it ([`runner`]), the child itself ([`trial`]: one
 //! [`workload`] step after another), and what a step is made of: [`model`],
 //! [`optim`], [`precision`], [`data`], [`device`] (cpu, cuda, nvml), the [`meter`] that reads them around a step,
-//! the C++ [`shim`], the peak's [`breakdown`], the [`environment`], and TEST-ONLY [`fault`] injection.
+//! the C++ [`shim`], the peak's [`breakdown`], the [`environment`], and TEST-ONLY [`fault`] injection (only with the `fault-injection` feature).
 //!
 //! May import only `units`, `interrupt` and `error`: nothing here knows
 //! about analysis, reports or the command line.
@@ -14,6 +14,12 @@ pub mod data;
 pub mod device;
 pub mod environment;
 pub mod failure;
+// TEST-ONLY fault injection, in builds with the `fault-injection` feature
+// (./scripts/test's); every other build has the no-op stand-in.
+#[cfg(feature = "fault-injection")]
+pub mod fault;
+#[cfg(not(feature = "fault-injection"))]
+#[path = "no_fault.rs"]
 pub mod fault;
 pub mod meter;
 pub mod model;

@@ -13,7 +13,7 @@ use crate::measure::shim;
 
 /// The optimizers a sweep can train with, with PyTorch's default settings
 /// (SGD with momentum 0.9, the common training recipe).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     Sgd,
@@ -22,6 +22,8 @@ pub enum OptimizerKind {
 }
 
 impl OptimizerKind {
+    pub const ALL: [OptimizerKind; 3] = [OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::Adamw];
+
     pub fn name(self) -> &'static str {
         match self {
             OptimizerKind::Sgd => "sgd",

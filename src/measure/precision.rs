@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 /// Numeric precision of a step, as PyTorch users choose it.
 /// Its names (`fp32`, `bf16`, `fp16-amp`, `bf16-amp`) come from the variants,
-/// kebab-cased alike by serde, clap and [`Precision::name`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum)]
+/// kebab-cased alike by serde and [`Precision::name`] (commands/cli.rs offers the same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Precision {
     /// Everything in float32 (PyTorch's default).
@@ -56,7 +56,7 @@ pub enum AutocastDtype {
 }
 
 /// Training steps, or inference only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Forward, loss, backward and the optimizer step.
@@ -67,6 +67,8 @@ pub enum Mode {
 }
 
 impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Train, Mode::Eval];
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Train => "train",
@@ -75,7 +77,7 @@ impl Mode {
     }
 
     pub fn parse(text: &str) -> Option<Mode> {
-        [Mode::Train, Mode::Eval].into_iter().find(|m| m.name() == text)
+        Mode::ALL.into_iter().find(|m| m.name() == text)
     }
 }
 
@@ -85,14 +87,12 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        use clap::ValueEnum;
         let names: Vec<&str> = Precision::ALL.iter().map(|p| p.name()).collect();
         assert_eq!(names, ["fp32", "bf16", "fp16-amp", "bf16-amp"]);
         for p in Precision::ALL {
             // One name per precision, whoever reads or writes it.
             assert_eq!(Precision::parse(p.name()), Some(p));
             assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{}\"", p.name()));
-            assert_eq!(p.to_possible_value().unwrap().get_name(), p.name());
         }
         for m in [Mode::Train, Mode::Eval] {
             assert_eq!(Mode::parse(m.name()), Some(m));

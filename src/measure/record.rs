@@ -1,5 +1,15 @@
-//! What a trial child streams to its parent, one JSON object per line, and
-//! how a trial ended. These types are the contract between the two processes.
+//! The trial protocol, the contract between the parent and every trial
+//! child (the built-in `vramprobe trial` and the Python hook alike), over
+//! one channel, the trial's folder:
+//!
+//! - the parent writes a [`TrialSpec`] to `spec.json` ([`SPEC_FILE`]);
+//! - the child appends one [`Message`] per line to `records.jsonl` (each
+//!   rank of a distributed job to `records-rank-R.jsonl`), the first a
+//!   [`StartRecord`] carrying the [`PROTOCOL_VERSION`].
+//!
+//! The parent parses strictly: an unknown field, a malformed line or
+//! another version is a protocol error that fails the trial, never a line
+//! dropped. Also here: how a trial ended ([`TrialResult`]).
 use std::fmt;
 use std::path::PathBuf;
 
@@ -7,11 +17,45 @@ use serde::{Deserialize, Serialize};
 
 use crate::measure::breakdown::Breakdown;
 use crate::measure::device::nvml::NvmlReading;
+use crate::measure::device::{CapacityLimit, Device};
+use crate::measure::workload::WorkloadConfig;
+
+/// The version of the trial protocol (the spec and the records); bump it
+/// when either changes. The hook writes the same number
+/// (`PROTOCOL_VERSION` in vramprobe_hook.py; a test checks they agree).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The trial's spec in its folder.
+pub const SPEC_FILE: &str = "spec.json";
+
+/// One trial, as the parent asks for it: written once to the trial's
+/// folder, read by the child.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialSpec {
+    pub schema_version: u32,
+    pub batch: u64,
+    /// Training steps; every batch reported as fitting ran this many.
+    pub steps: u32,
+    pub device: Device,
+    /// How `--capacity` is enforced in the child.
+    pub limit: CapacityLimit,
+    /// What vramprobe trains; absent for a command, which trains itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadConfig>,
+}
+
+impl TrialSpec {
+    pub fn new(batch: u64, steps: u32, device: Device, limit: CapacityLimit) -> TrialSpec {
+        TrialSpec { schema_version: PROTOCOL_VERSION, batch, steps, device, limit, workload: None }
+    }
+}
 
 /// One training step's timings and memory readings. Fields that a device
 /// does not have (reserved on the CPU, host RSS on CUDA) are `None`, which
 /// the CSV files write as empty cells.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StepRecord {
     /// Filled in by the parent (the child does not know its trial number).
     #[serde(default)]
@@ -25,17 +69,26 @@ pub struct StepRecord {
     pub step: u32,
     pub batch: u64,
     pub step_seconds: f64,
-    pub data_seconds: f64,
-    pub forward_seconds: f64,
-    pub backward_seconds: f64,
-    pub optimizer_seconds: f64,
+    /// Each phase's seconds, where the child times them (the built-in
+    /// trial); a command's step is one piece.
+    #[serde(default)]
+    pub data_seconds: Option<f64>,
+    #[serde(default)]
+    pub forward_seconds: Option<f64>,
+    #[serde(default)]
+    pub backward_seconds: Option<f64>,
+    #[serde(default)]
+    pub optimizer_seconds: Option<f64>,
     pub samples_per_second: f64,
     /// Bytes held at the end of the step (CUDA: allocator; CPU: host tracker).
     pub allocated_bytes: u64,
     /// Highest bytes held at any moment during the step.
     pub peak_allocated_bytes: u64,
+    #[serde(default)]
     pub reserved_bytes: Option<u64>,
+    #[serde(default)]
     pub peak_reserved_bytes: Option<u64>,
+    #[serde(default)]
     pub active_bytes: Option<u64>,
     pub peak_active_bytes: Option<u64>,
     pub inactive_split_bytes: Option<u64>,
@@ -116,7 +169,10 @@ impl fmt::Display for Outcome {
 /// What a measured process says before its first step. A distributed
 /// command's ranks each send one, with their place in the job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StartRecord {
+    /// The [`PROTOCOL_VERSION`] the child speaks.
+    pub schema_version: u32,
     pub parameters: i64,
     pub parameter_bytes: u64,
     /// Weight tensors of two or more dimensions (convolutions, linear
@@ -124,8 +180,10 @@ pub struct StartRecord {
     /// rule of thumb takes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<u32>,
-    /// Bytes held after building the model, before the first step.
-    pub baseline_bytes: u64,
+    /// Bytes held after building the model, before the first step (the
+    /// built-in trial; a command's model is built by the command).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_bytes: Option<u64>,
     pub device_name: String,
     pub device_total_bytes: Option<u64>,
     /// The measured process (command mode: the parent reads its NVML
@@ -144,9 +202,9 @@ pub struct StartRecord {
     pub world_size: Option<u32>,
 }
 
-/// One line of the child's output.
+/// One line of a records file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Message {
     /// The model is built and its parameters are in place.
     Start(Box<StartRecord>),

@@ -1,6 +1,7 @@
-//! The child side of a trial (`vramprobe trial ... --json`): build the model
-//! on the device, run N training steps at one batch size, and stream one
-//! JSON [`Message`] per line on stdout. Runs in its own process so that an
+//! The child side of a trial (`vramprobe trial --spec DIR/spec.json`): build
+//! the model on the device, run N training steps at one batch size, and
+//! append one JSON [`Message`] per line to `DIR/records.jsonl` (or to stdout,
+//! for a trial run by hand with flags). Runs in its own process so that an
 //! OOM, a crash or a hang stays inside it, and every trial starts with a
 //! fresh allocator.
 use std::io::Write;
@@ -9,23 +10,12 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::measure::breakdown;
-use crate::measure::device::{CapacityLimit, Device};
+use crate::measure::device::Device;
 use crate::measure::failure::StepError;
 use crate::measure::meter::MemoryMeter;
-use crate::measure::record::{Message, Outcome, StartRecord, StepRecord};
+use crate::measure::record::{Message, Outcome, StartRecord, StepRecord, TrialSpec, PROTOCOL_VERSION};
 use crate::measure::shim;
-use crate::measure::workload::{Workload, WorkloadConfig};
-
-/// One trial's parameters, as the parent passes them on the command line.
-#[derive(Debug, Clone)]
-pub struct TrialSpec {
-    pub workload: WorkloadConfig,
-    pub device: Device,
-    pub batch: u64,
-    pub steps: u32,
-    /// How `--capacity` is enforced in the child.
-    pub limit: CapacityLimit,
-}
+use crate::measure::workload::Workload;
 
 fn emit(out: &mut impl Write, msg: &Message) -> Result<()> {
     serde_json::to_writer(&mut *out, msg)?;
@@ -49,7 +39,8 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     for note in notes {
         eprintln!("note: {note}");
     }
-    let mut workload = match Workload::new(spec.workload.clone(), spec.device) {
+    let Some(config) = spec.workload.clone() else { bail!("the trial's spec names no model to train") };
+    let mut workload = match Workload::new(config, spec.device) {
         Ok(w) => w,
         Err(e) => return end(out, &e, None),
     };
@@ -59,10 +50,11 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     emit(
         out,
         &Message::Start(Box::new(StartRecord {
+            schema_version: PROTOCOL_VERSION,
             parameters: workload.parameters(),
             parameter_bytes: workload.parameter_bytes(),
             layers: Some(workload.layers()),
-            baseline_bytes: meter.current_bytes(),
+            baseline_bytes: Some(meter.current_bytes()),
             device_name,
             device_total_bytes,
             ..StartRecord::default()
@@ -88,10 +80,10 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             step,
             batch: spec.batch,
             step_seconds: wall,
-            data_seconds: times.data,
-            forward_seconds: times.forward,
-            backward_seconds: times.backward,
-            optimizer_seconds: times.optimizer,
+            data_seconds: Some(times.data),
+            forward_seconds: Some(times.forward),
+            backward_seconds: Some(times.backward),
+            optimizer_seconds: Some(times.optimizer),
             samples_per_second: if wall > 0.0 { spec.batch as f64 / wall } else { 0.0 },
             ..StepRecord::default()
         };

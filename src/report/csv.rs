@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::analysis::Analysis;
 use crate::analyze::whatif::GpuPrediction;
 use crate::analyze::worldfit::WorldPrediction;
-use crate::measure::breakdown::Category;
+use crate::measure::breakdown::{Category, PeakPhase};
 use crate::measure::record::{StepRecord, TrialResult};
 
 use super::Report;
@@ -56,7 +56,7 @@ pub struct BreakdownRow {
     /// bytes / peak_bytes.
     pub share: f64,
     pub peak_bytes: u64,
-    pub peak_phase: Option<String>,
+    pub peak_phase: Option<PeakPhase>,
     pub peak_op: Option<String>,
     pub peak_source: Option<String>,
     /// ledger (vramprobe's own tensors) or torch-memory-profile (command mode).
@@ -78,7 +78,7 @@ pub fn breakdown_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
                 bytes: b.bytes.get(c),
                 share: b.bytes.get(c) as f64 / b.peak_bytes.max(1) as f64,
                 peak_bytes: b.peak_bytes,
-                peak_phase: b.phase.clone(),
+                peak_phase: b.phase,
                 peak_op: b.op.clone(),
                 peak_source: b.source.clone(),
                 method: b.method.id().to_string(),

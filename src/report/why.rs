@@ -10,7 +10,7 @@ use super::Report;
 
 /// "in backward at OP (file:line), 12.3 ms into the step".
 pub fn moment(b: &Breakdown) -> String {
-    let mut out = format!("in {}", b.phase.as_deref().unwrap_or("an unknown phase"));
+    let mut out = format!("in {}", b.phase.map_or("an unknown phase", |p| p.name()));
     if let Some(op) = &b.op {
         out.push_str(&format!(" at {op}"));
     }
@@ -97,7 +97,7 @@ pub fn change_rows(w: &Why) -> (String, Rows) {
 
 /// Where the trials' peaks fall, when not all in one phase: "optimizer at 4-32, backward at 64".
 pub fn phase_note(w: &Why) -> Option<String> {
-    let mut runs: Vec<(String, u64, u64)> = Vec::new();
+    let mut runs: Vec<(crate::measure::breakdown::PeakPhase, u64, u64)> = Vec::new();
     let mut sorted = w.phases.clone();
     sorted.sort();
     for (batch, phase) in sorted {

@@ -73,7 +73,7 @@ pub trait Strategy {
 }
 
 /// The strategies `--strategy` offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StrategyKind {
     /// Fit-guided: few small probes, fit, probe the prediction, refine, verify.

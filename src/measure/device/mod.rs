@@ -63,7 +63,7 @@ impl FromStr for DeviceRequest {
 /// How a `--capacity` is enforced inside a trial, as a GPU's memory would
 /// be: on the CPU a real limit in libtorch's allocator (an OOM inside
 /// libtorch past it), on CUDA the caching allocator's memory fraction.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct CapacityLimit {
     pub cpu_bytes: Option<u64>,
     /// `per_process_memory_fraction`, set in the trial child's environment.

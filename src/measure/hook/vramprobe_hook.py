@@ -13,8 +13,10 @@ stay inert), it:
   current bytes (reset after each step); on the CPU the exact tensor bytes:
   the CPU allocator's own total (kept on every thread) at each of the
   profiler's memory events;
-- writes vramprobe's trial records (JSON lines) into the folder the parent
-  names in VRAMPROBE_RECORDS_DIR, never to the script's stdout: a plain
+- reads the trial's spec (batch, steps, device, capacity limit) from
+  `spec.json` in the folder the parent names in VRAMPROBE_RECORDS_DIR, and
+  writes vramprobe's trial records (JSON lines, the protocol of
+  src/measure/record.rs) into the same folder, never to the script's stdout: a plain
   process to `records.jsonl`, each rank of a distributed job (torchrun sets
   RANK) to `records-rank-R.jsonl`, so every rank is measured;
 - stops the program once the trial's steps have run, and classifies an
@@ -51,12 +53,30 @@ _state = {
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
+# The trial protocol's version: record.rs's PROTOCOL_VERSION (a test checks they agree).
+PROTOCOL_VERSION = 1
 
-def _env_int(name, default):
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
+_SPEC = {}
+
+
+def _spec():
+    """The parent's trial spec (spec.json beside the records), read once."""
+    if not _SPEC:
+        path = os.path.join(os.environ.get("VRAMPROBE_RECORDS_DIR", ""), "spec.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                _SPEC.update(json.load(f))
+        except (OSError, ValueError):
+            _SPEC.update({"batch": 0, "steps": 3, "device": "cpu", "limit": {}})
+    return _SPEC
+
+
+def _batch():
+    return int(_spec().get("batch", 0))
+
+
+def _steps():
+    return int(_spec().get("steps", 3))
 
 
 def _rank():
@@ -139,7 +159,7 @@ def _breakdown_on():
 
 
 def _device():
-    return os.environ.get("VRAMPROBE_DEVICE", "cpu")
+    return str(_spec().get("device", "cpu"))
 
 
 def _on_cuda():
@@ -176,7 +196,7 @@ def _on_torch(torch):
     register(lambda opt, args, kwargs: step(opt))
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(_at_exit)
-    fraction = os.environ.get("VRAMPROBE_CUDA_FRACTION")
+    fraction = (_spec().get("limit") or {}).get("cuda_fraction")
     if fraction and _on_cuda() and torch.cuda.is_available():
         # --capacity: the caching allocator may hold no more than this share
         # (PYTORCH_CUDA_ALLOC_CONF says the same to a torch that reads it).
@@ -213,11 +233,11 @@ def _start(torch, opt):
         name, total = "CPU", _mem_total()
     record = {
         "kind": "start",
+        "schema_version": PROTOCOL_VERSION,
         # Sharded parameters (FSDP's DTensors) count at their full size.
         "parameters": sum(p.numel() for p in params),
         "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
         "layers": sum(1 for p in params if p.dim() >= 2) if params else None,
-        "baseline_bytes": 0,
         "device_name": name,
         "device_total_bytes": total,
         "pid": os.getpid(),
@@ -260,7 +280,7 @@ def step(optimizer=None):
     _state["last"] = now
     _state["steps"] += 1
     n = _state["steps"]
-    batch = _env_int("VRAMPROBE_BATCH", 0)
+    batch = _batch()
     if _state["profiler"] is not None:
         # The step's end in the profile: the CPU's records and the breakdown split there.
         with torch.profiler.record_function(f"vramprobe_step_{n}"):
@@ -282,7 +302,7 @@ def step(optimizer=None):
         torch.cuda.reset_peak_memory_stats(i)
     else:
         _state["rss"].append(_peak_rss())
-    if n >= _env_int("VRAMPROBE_STEPS", 3):
+    if n >= _steps():
         _finish("fits", None, None)
         os._exit(0)
 
@@ -293,10 +313,6 @@ def _step_record(n, batch, seconds, allocated, peak, reserved=None, peak_reserve
         "step": n,
         "batch": batch,
         "step_seconds": seconds,
-        "data_seconds": 0.0,
-        "forward_seconds": 0.0,
-        "backward_seconds": 0.0,
-        "optimizer_seconds": 0.0,
         "samples_per_second": batch / seconds if seconds > 0 else 0.0,
         "allocated_bytes": allocated,
         "peak_allocated_bytes": peak,
@@ -351,7 +367,7 @@ def _profile_records(prof):
     events, marks = vramprobe_breakdown.allocation_events(prof, torch, device, "vramprobe_step_")
     steps = _profiled_steps(events, marks)
     if not _on_cuda():
-        batch = _env_int("VRAMPROBE_BATCH", 0)
+        batch = _batch()
         for n, (start, end, _, _, peak, _) in enumerate(steps, start=1):
             held = events[end - 1].extra_fields.total_allocated if end > 0 else 0
             seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
@@ -427,7 +443,7 @@ def _at_exit():
     if n == 0:
         _finish("error", "the command ended without an optimizer step (call vramprobe_hook.step() in a custom loop)", 1)
     else:
-        _finish("fits", f"the command ended after {n} of {_env_int('VRAMPROBE_STEPS', 3)} steps: those are measured", None)
+        _finish("fits", f"the command ended after {n} of {_steps()} steps: those are measured", None)
 
 
 def _ranks_reported():

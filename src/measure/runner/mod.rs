@@ -7,7 +7,7 @@ pub mod reap;
 mod tail;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -18,26 +18,21 @@ use std::time::{Duration, Instant};
 
 use crate::error::signal_name;
 use crate::measure::device::nvml::Nvml;
-use crate::measure::record::{Message, Outcome, StepRecord, TrialResult};
-use crate::measure::trial::TrialSpec;
-use crate::units::format_input;
+use crate::measure::record::{Message, Outcome, StepRecord, TrialResult, TrialSpec, PROTOCOL_VERSION, SPEC_FILE};
 use ranks::{Ended, Ranks, Source};
 
-/// A kind of trial: the child process that runs one batch and streams the
-/// trial records on stdout. Today the built-in workload ([`BuiltIn`]); the
-/// runner needs nothing else from a kind.
+/// A kind of trial: the child process that runs one batch. Every kind
+/// speaks the one protocol ([`crate::measure::record`]): the runner writes
+/// the kind's spec into the trial's folder, the child appends its records
+/// there.
 pub trait TrialKind {
-    /// The batch this trial runs.
-    fn batch(&self) -> u64;
+    /// What the trial runs: written to the folder as `spec.json`.
+    fn spec(&self) -> &TrialSpec;
+    /// The trial's folder: spec.json, the records files, and for a command its output.log.
+    fn dir(&self) -> &Path;
     /// The child's command (program, arguments, environment); the runner
     /// adds the pipes and the process group.
     fn command(&self) -> Command;
-    /// Where the child writes its records: `None` for its stdout (the
-    /// built-in trial); a folder for a program whose stdout is the user's,
-    /// with one file per measured process (see [`tail`]).
-    fn records_dir(&self) -> Option<PathBuf> {
-        None
-    }
     /// Where the child's own stdout and stderr go; `None` keeps stderr for
     /// the message of a trial that ends without a result.
     fn log_file(&self) -> Option<PathBuf> {
@@ -50,53 +45,36 @@ pub trait TrialKind {
     }
 }
 
-/// A built-in workload (or a TorchScript file): `vramprobe trial ...`.
+/// A trial's folder in `trials_dir`: `NNN-batch-B`.
+pub fn trial_dir(trials_dir: &Path, trial: u32, batch: u64) -> PathBuf {
+    trials_dir.join(format!("{trial:03}-batch-{batch}"))
+}
+
+/// A built-in workload (or a TorchScript file): `vramprobe trial --spec DIR/spec.json`.
 pub struct BuiltIn<'a> {
     /// The vramprobe binary.
     pub exe: &'a Path,
+    pub dir: PathBuf,
     pub spec: &'a TrialSpec,
 }
 
 impl TrialKind for BuiltIn<'_> {
-    fn batch(&self) -> u64 {
-        self.spec.batch
+    fn spec(&self) -> &TrialSpec {
+        self.spec
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn command(&self) -> Command {
         let mut command = Command::new(self.exe);
-        command.args(child_args(self.spec));
+        command.arg("trial").arg("--spec").arg(self.dir.join(SPEC_FILE));
         if let Some(fraction) = self.spec.limit.cuda_fraction {
             crate::measure::device::cuda::limit_child(&mut command, fraction);
         }
         command
     }
-}
-
-/// The command line of the hidden `vramprobe trial` for `spec` (the CUDA
-/// fraction travels in the environment). commands/cli.rs tests that clap
-/// parses it back into the same spec, so a renamed flag fails a test.
-pub fn child_args(spec: &TrialSpec) -> Vec<String> {
-    let w = &spec.workload;
-    let mut args: Vec<String> = [
-        ("--model", w.model.clone()),
-        ("--input", format_input(&w.input)),
-        ("--classes", w.classes.to_string()),
-        ("--optimizer", w.optimizer.name().into()),
-        ("--lr", w.lr.to_string()),
-        ("--precision", w.precision.name().into()),
-        ("--mode", w.mode.name().into()),
-        ("--device", spec.device.to_string()),
-        ("--batch", spec.batch.to_string()),
-        ("--steps", spec.steps.to_string()),
-    ]
-    .into_iter()
-    .flat_map(|(flag, value)| [flag.to_string(), value])
-    .collect();
-    args.splice(0..0, ["trial".to_string(), "--json".to_string()]);
-    if let Some(limit) = spec.limit.cpu_bytes {
-        args.extend(["--cpu-limit".into(), limit.to_string()]);
-    }
-    args
 }
 
 /// Measures one batch: the only way the sweep and check run a trial, so
@@ -110,10 +88,11 @@ pub trait TrialRunner {
 }
 
 /// A built-in workload's (or a TorchScript file's) trials, each a
-/// `vramprobe trial` child of `exe`.
+/// `vramprobe trial` child of `exe` with its folder in `trials_dir`.
 #[derive(Debug, Clone)]
 pub struct BuiltInRunner {
     pub exe: PathBuf,
+    pub trials_dir: PathBuf,
     pub workload: crate::measure::workload::WorkloadConfig,
     pub device: crate::measure::device::Device,
     pub steps: u32,
@@ -124,25 +103,24 @@ pub struct BuiltInRunner {
 impl TrialRunner for BuiltInRunner {
     fn run(&mut self, trial: u32, batch: u64, on_step: &mut dyn FnMut(&StepRecord)) -> anyhow::Result<TrialResult> {
         let spec = TrialSpec {
-            workload: self.workload.clone(),
-            device: self.device,
-            batch,
-            steps: self.steps,
-            limit: self.limit,
+            workload: Some(self.workload.clone()),
+            ..TrialSpec::new(batch, self.steps, self.device, self.limit)
         };
-        Ok(run_trial(&self.exe, trial, &spec, self.timeout, on_step))
+        let dir = trial_dir(&self.trials_dir, trial, batch);
+        Ok(run_trial(&self.exe, dir, trial, &spec, self.timeout, on_step))
     }
 }
 
-/// Runs a built-in trial in a child process. `on_step` sees each step as it arrives.
+/// Runs a built-in trial of `spec` in a child of `exe`, its folder `dir`.
 pub fn run_trial(
     exe: &Path,
+    dir: PathBuf,
     trial: u32,
     spec: &TrialSpec,
     timeout: Duration,
     on_step: impl FnMut(&StepRecord),
 ) -> TrialResult {
-    run(&BuiltIn { exe, spec }, trial, timeout, on_step)
+    run(&BuiltIn { exe, dir, spec }, trial, timeout, on_step)
 }
 
 /// How reading a child's records stopped.
@@ -168,14 +146,14 @@ const GRACE: Duration = Duration::from_secs(3);
 /// Runs one trial of any kind. `on_step` sees each step as it arrives.
 pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl FnMut(&StepRecord)) -> TrialResult {
     let started = Instant::now();
-    let mut result = TrialResult::started(trial, kind.batch(), kind.log_file());
+    let mut result = TrialResult::started(trial, kind.spec().batch, kind.log_file());
     let mut command = kind.command();
     let token = reap::token(trial);
     command.env(reap::TOKEN_VAR, &token);
     let program = command.get_program().to_string_lossy().into_owned();
-    let records = kind.records_dir();
+    let dir = kind.dir();
     let log = kind.log_file();
-    let mut child = match prepare(&mut command, records.as_deref(), log.as_deref()).and_then(|()| spawn(&mut command)) {
+    let mut child = match prepare(&mut command, kind.spec(), dir, log.as_deref()).and_then(|()| spawn(&mut command)) {
         Ok(c) => c,
         Err(e) => {
             result.message = Some(format!("could not start the trial process {program}: {e}"));
@@ -192,7 +170,7 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
     });
     let nvml = kind.nvml_device().and_then(|i| Nvml::open().ok().map(|n| (n, i)));
     let mut reading = Reading { result: &mut result, ranks: Ranks::default(), nvml, measured: child.id() };
-    let ending = reading.read(&mut child, records.as_deref(), &token, started + timeout, on_step);
+    let ending = reading.read(&mut child, dir, &token, started + timeout, on_step);
     let status = child.wait();
     let mut stderr_text = stderr_reader.join().unwrap_or_default();
     if let Some(log) = &log {
@@ -212,24 +190,24 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
     result
 }
 
-/// Sends the child's output to its log file and starts its records folder
-/// without records, where the kind has them.
-fn prepare(command: &mut Command, records: Option<&Path>, log: Option<&Path>) -> std::io::Result<()> {
-    if let Some(records) = records {
-        std::fs::create_dir_all(records)?;
-        for entry in std::fs::read_dir(records)?.flatten() {
-            if entry.file_name().to_str().and_then(Source::of_file).is_some() {
-                std::fs::remove_file(entry.path())?;
-            }
+/// Starts the trial's folder with its spec and without records, and sends
+/// the child's output to its log file where the kind has one.
+fn prepare(command: &mut Command, spec: &TrialSpec, dir: &Path, log: Option<&Path>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        if entry.file_name().to_str().and_then(Source::of_file).is_some() {
+            std::fs::remove_file(entry.path())?;
         }
     }
+    std::fs::write(dir.join(SPEC_FILE), serde_json::to_vec_pretty(spec)?)?;
     match log {
         Some(log) => {
             let out = File::create(log)?;
             command.stdout(out.try_clone()?).stderr(out);
         }
         None => {
-            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            // The records travel in the folder: stdout is nobody's channel.
+            command.stdout(Stdio::null()).stderr(Stdio::piped());
         }
     }
     Ok(())
@@ -266,30 +244,16 @@ impl Reading<'_> {
     fn read(
         &mut self,
         child: &mut Child,
-        records: Option<&Path>,
+        dir: &Path,
         token: &str,
         deadline: Instant,
         mut on_step: impl FnMut(&StepRecord),
     ) -> Ending {
         let (tx, rx) = mpsc::channel::<(Source, String)>();
         let exited = Arc::new(AtomicBool::new(false));
-        let reader = match records {
-            None => {
-                let stdout = child.stdout.take();
-                std::thread::spawn(move || {
-                    if let Some(stdout) = stdout {
-                        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                            if tx.send((Source::Main, line)).is_err() {
-                                break;
-                            }
-                        }
-                    }
-                })
-            }
-            Some(dir) => {
-                let (dir, exited) = (dir.to_path_buf(), Arc::clone(&exited));
-                std::thread::spawn(move || tail::follow(&dir, &exited, &tx))
-            }
+        let reader = {
+            let (dir, exited) = (dir.to_path_buf(), Arc::clone(&exited));
+            std::thread::spawn(move || tail::follow(&dir, &exited, &tx))
         };
         let group = child.id() as i32;
         let ending = loop {
@@ -307,7 +271,7 @@ impl Reading<'_> {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
                     // A records file has no end of its own: the child's exit is.
-                    if records.is_some() && matches!(child.try_wait(), Ok(Some(_))) {
+                    if matches!(child.try_wait(), Ok(Some(_))) {
                         exited.store(true, Ordering::SeqCst);
                     }
                 }
@@ -344,10 +308,25 @@ impl Reading<'_> {
         ending
     }
 
-    /// One line from `source`.
+    /// One line from `source`: a record, or a protocol error that fails the trial.
     fn take(&mut self, source: Source, line: &str, on_step: &mut impl FnMut(&StepRecord)) {
-        // Anything else (a library printing on stdout) is not ours.
-        let Ok(message) = serde_json::from_str::<Message>(line) else { return };
+        let message = match serde_json::from_str::<Message>(line) {
+            Ok(Message::Start(start)) if start.schema_version != PROTOCOL_VERSION => Err(format!(
+                "the child speaks trial protocol version {}, this vramprobe version {PROTOCOL_VERSION}",
+                start.schema_version
+            )),
+            Ok(message) => Ok(message),
+            Err(e) => Err(format!("not a trial record ({e})")),
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(why) => {
+                let shown: String = line.chars().take(300).collect();
+                let message = Some(format!("trial protocol error in {}: {why}: {shown}", source.file_name()));
+                self.ranks.end(source, Ended { outcome: Outcome::Error, message, failed_step: None });
+                return;
+            }
+        };
         match message {
             Message::Start(start) => {
                 // The trial's device and parameters: the lowest rank's.
@@ -360,7 +339,7 @@ impl Reading<'_> {
                     r.parameters = Some(start.parameters);
                     r.parameter_bytes = Some(start.parameter_bytes);
                     r.layers = start.layers;
-                    r.baseline_bytes = Some(start.baseline_bytes);
+                    r.baseline_bytes = start.baseline_bytes;
                     r.device_name = Some(start.device_name.clone());
                     r.device_total_bytes = start.device_total_bytes;
                 }

@@ -14,6 +14,14 @@ pub enum Source {
 }
 
 impl Source {
+    /// The records file this source writes.
+    pub fn file_name(self) -> String {
+        match self {
+            Source::Main => "records.jsonl".into(),
+            Source::Rank(r) => format!("records-rank-{r}.jsonl"),
+        }
+    }
+
     /// The source of a records file, from the name the hook gives it.
     pub fn of_file(name: &str) -> Option<Source> {
         match name {
