@@ -9,11 +9,13 @@
 //!   trainer and the search benchmark, side by side (none imports another).
 //! - [`report`]: formatters that return bytes (table, CSV, JSON, SVG, HTML),
 //!   the plan.csv reader, the trainer's log, atomic output and progress.
-//! - [`analyze`]: pure functions over measurements: fits, search strategies,
-//!   the analysis, GPU profiles and predictions. No I/O.
-//! - [`measure`]: everything that runs inside a trial child or talks to a
-//!   device: the trial record protocol, the trial runner, models,
-//!   optimizers, data, devices, the C++ shim.
+//! - [`analyze`] and [`measure`], side by side (neither imports the other):
+//!   pure functions over measurements (fits, search strategies, the
+//!   analysis, GPU profiles and predictions; no I/O), and everything that
+//!   runs a trial or talks to a device (the trial runner, the built-in
+//!   child, the command hook, models, optimizers, data, devices, the C++ shim).
+//! - [`record`]: the values both share: the trial protocol and results, the
+//!   peak's breakdown, devices, workloads and the subject a run measures.
 //! - [`units`], [`interrupt`], then [`error`] at the bottom.
 pub mod analyze;
 pub mod bench;
@@ -21,6 +23,7 @@ pub mod commands;
 pub mod error;
 pub mod interrupt;
 pub mod measure;
+pub mod record;
 pub mod report;
 pub mod sweep;
 pub mod train;

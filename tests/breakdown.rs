@@ -7,8 +7,8 @@
 //! written down: each is measured, or follows from the model's shapes.
 use std::path::Path;
 
-use vramprobe::measure::breakdown::{Breakdown, Category};
-use vramprobe::measure::record::{Message, Outcome, StartRecord, StepRecord};
+use vramprobe::record::breakdown::{Breakdown, Category};
+use vramprobe::record::trial::{Message, Outcome, StartRecord, StepRecord};
 use vramprobe::report::csv::BreakdownRow;
 use vramprobe::report::Report;
 
@@ -156,7 +156,7 @@ fn a_commands_peak_is_torch_s_own_categories() {
     let (step, b) = t.peak_breakdown_step().expect("the command's peak is broken down");
     assert_eq!(step.peak_allocated_bytes, t.peak_allocated_bytes().unwrap(), "the trial's peak step");
     sums_to_the_peak(step);
-    assert_eq!(b.method, vramprobe::measure::breakdown::Method::TorchMemoryProfile);
+    assert_eq!(b.method, vramprobe::record::breakdown::Method::TorchMemoryProfile);
     let params = t.parameter_bytes.unwrap();
     assert_eq!(b.bytes.get(Category::Parameters), params);
     // The example trains with SGD and momentum: one buffer per parameter.

@@ -82,7 +82,7 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
 /// start in this protocol version first, then the steps, the breakdown of
 /// the peak and the end. The spec the hook read is the parent's.
 fn hook_records_follow_the_protocol(trial: &Path) {
-    use vramprobe::measure::record::{Message, TrialSpec, PROTOCOL_VERSION};
+    use vramprobe::record::trial::{Message, TrialSpec, PROTOCOL_VERSION};
     let spec: TrialSpec = serde_json::from_slice(&std::fs::read(trial.join("spec.json")).unwrap()).unwrap();
     let text = std::fs::read_to_string(trial.join("records.jsonl")).unwrap();
     let messages: Vec<Message> =
@@ -173,7 +173,7 @@ fn dataloader_workers_stay_outside_the_measurement() {
     // Each trial's records came from the training process alone: three
     // steps, numbered once, though two worker processes ran beside it.
     assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
-    let steps: Vec<vramprobe::measure::record::StepRecord> = read_csv(&dir.path().join("run/steps.csv"));
+    let steps: Vec<vramprobe::record::trial::StepRecord> = read_csv(&dir.path().join("run/steps.csv"));
     assert_eq!(steps.iter().map(|s| s.step).collect::<Vec<_>>(), [1, 2, 3, 1, 2, 3]);
     assert!(plan.per_sample_bytes.unwrap() > 0);
 }

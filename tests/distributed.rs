@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use common::{vramprobe, DEFAULT_MARGIN};
 use vramprobe::analyze::fit::LinearFit;
-use vramprobe::measure::record::StepRecord;
+use vramprobe::record::trial::StepRecord;
 use vramprobe::report::csv::{PlanRow, SweepRow};
 
 mod common;

@@ -2,9 +2,10 @@
 //! tracker's counters are process-wide, so checks must not run in parallel.
 use tch::{Device, Kind, Tensor};
 use vramprobe::measure::meter::MemoryMeter;
-use vramprobe::measure::optim::OptimizerKind;
 use vramprobe::measure::shim;
-use vramprobe::measure::workload::{Workload, WorkloadConfig};
+use vramprobe::measure::workload::Workload;
+use vramprobe::record::workload::OptimizerKind;
+use vramprobe::record::workload::WorkloadConfig;
 
 /// Sizes from the data types and the architecture, the same on every machine.
 const MATRIX_BYTES: u64 = 1024 * 1024 * 4;
@@ -17,7 +18,7 @@ const RESNET18_BUFFER_BYTES: u64 = 2 * 4_800 * 4;
 
 #[test]
 fn host_tracking_counts_exact_bytes() {
-    let (meter, _) = MemoryMeter::open(vramprobe::measure::device::Device::Cpu).unwrap();
+    let (meter, _) = MemoryMeter::open(vramprobe::record::device::Device::Cpu).unwrap();
     let baseline = shim::host_stats().current;
 
     // A 1024 x 1024 f32 tensor is exactly 4 MiB.
@@ -43,7 +44,7 @@ fn host_tracking_counts_exact_bytes() {
         mode: Default::default(),
     };
     let before = meter.current_bytes();
-    let mut workload = Workload::new(config, vramprobe::measure::device::Device::Cpu).unwrap();
+    let mut workload = Workload::new(config, vramprobe::record::device::Device::Cpu).unwrap();
     assert_eq!(workload.parameters() as i64, RESNET18_PARAMETERS);
     assert_eq!(workload.parameter_bytes() as u64, RESNET18_PARAMETER_BYTES);
     assert_eq!(meter.current_bytes() - before, RESNET18_PARAMETER_BYTES + RESNET18_BUFFER_BYTES);

@@ -8,10 +8,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use vramprobe::measure::device::Device;
-use vramprobe::measure::optim::OptimizerKind;
-use vramprobe::measure::record::{Outcome, TrialResult, TrialSpec, PROTOCOL_VERSION};
-use vramprobe::measure::workload::WorkloadConfig;
+use vramprobe::record::device::Device;
+use vramprobe::record::trial::{Outcome, TrialResult, TrialSpec, PROTOCOL_VERSION};
+use vramprobe::record::workload::OptimizerKind;
+use vramprobe::record::workload::WorkloadConfig;
 
 /// The stand-in's records file: beside the spec the runner names in `$3`.
 const RECORDS: &str = r#""$(dirname "$3")/records.jsonl""#;
@@ -47,7 +47,7 @@ fn run_trial(
     trial: u32,
     spec: &TrialSpec,
     timeout: Duration,
-    on_step: impl FnMut(&vramprobe::measure::record::StepRecord),
+    on_step: impl FnMut(&vramprobe::record::trial::StepRecord),
 ) -> TrialResult {
     vramprobe::measure::runner::run_trial(exe, dir.path().join("trial"), trial, spec, timeout, on_step)
 }

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use common::{capacity_for_max, trial, vramprobe, DEFAULT_MARGIN};
-use vramprobe::measure::record::{Message, Outcome, StepRecord};
+use vramprobe::record::trial::{Message, Outcome, StepRecord};
 use vramprobe::report::csv::{PlanRow, SweepRow};
 
 mod common;

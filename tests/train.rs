@@ -4,9 +4,10 @@ use std::path::Path;
 
 use common::{capacity_for_max, vramprobe};
 use vramprobe::measure::data::Dataset;
-use vramprobe::measure::device::Device;
-use vramprobe::measure::optim::OptimizerKind;
-use vramprobe::measure::workload::{Workload, WorkloadConfig};
+use vramprobe::measure::workload::Workload;
+use vramprobe::record::device::Device;
+use vramprobe::record::workload::OptimizerKind;
+use vramprobe::record::workload::WorkloadConfig;
 use vramprobe::report::train_log::{TrainEvent, TrainRow};
 use vramprobe::train::accumulate;
 

@@ -8,9 +8,9 @@ use crate::analyze::fastest::{self, Fastest};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::search::{Observation, SearchResult, StrategyKind};
 use crate::analyze::seqfit::{self, SeqFit};
-use crate::measure::device::Device;
-use crate::measure::record::Outcome;
-use crate::measure::record::TrialResult;
+use crate::record::device::Device;
+use crate::record::trial::Outcome;
+use crate::record::trial::TrialResult;
 
 /// GPU memory sizes people commonly plan for, in GiB.
 pub const COMMON_GPU_GIB: [u64; 7] = [6, 8, 12, 16, 24, 40, 80];
@@ -378,8 +378,8 @@ pub fn observe(trial: &TrialResult, budget: &Budget, basis: FitBasis) -> Observa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::device::nvml::NvmlReading;
-    use crate::measure::record::StepRecord;
+    use crate::record::device::NvmlReading;
+    use crate::record::trial::StepRecord;
 
     /// A trial on a synthetic memory curve (test data, not a measurement).
     fn synthetic(batch: u64, outcome: Outcome, peak: u64) -> TrialResult {

@@ -5,10 +5,10 @@
 //! a measured line predicts on them ([`profile`], [`whatif`]), and how a
 //! distributed job's line changes with its world size ([`worldfit`]).
 //!
-//! No I/O beyond reading a profile file, no libtorch, no processes: unit
-//! tested on their own. May import only `measure` (for its record and
-//! device types), `units` and `error`; never `report`, `sweep`, `train`,
-//! `bench` or `commands`.
+//! No I/O beyond reading a GPU profile file, no libtorch, no processes: unit
+//! tested on their own. Layer 4, beside `measure` (neither imports the
+//! other): may import only `record` (the measured values), `units` and
+//! `error`.
 pub mod analysis;
 pub mod fastest;
 pub mod fit;

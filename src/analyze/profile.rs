@@ -1,16 +1,12 @@
-//! Presets in `profiles/`: GPUs (`profiles/gpus/*.toml`: memory and typical
-//! overhead, for planning on a GPU you do not have) and workloads
-//! (`profiles/models/*.toml`: model, input, classes, optimizer...). The
-//! profiles shipped in the repository are compiled into the binary; any path
-//! to a TOML file works too. Every error names the file, the line and the field.
+//! GPU profiles (`profiles/gpus/*.toml`: memory and typical overhead, for
+//! planning on a GPU you do not have): those shipped in the repository are
+//! compiled into the binary; any path to a TOML file works too. Every error
+//! names the file, the line and the field. (Workload presets, a command-line
+//! matter, are read by commands/preset.rs with the same helpers.)
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
-
-use crate::measure::optim::OptimizerKind;
-use crate::measure::precision::{Mode, Precision};
-use crate::units;
 
 /// A profile file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,7 +18,7 @@ pub struct ProfileError {
     pub message: String,
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
@@ -33,7 +29,7 @@ fn key_on_line(text: &str, line: usize) -> Option<String> {
     Some(key.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('#'))
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(path: &Path, text: &str) -> Result<T, ProfileError> {
+pub(crate) fn parse<T: for<'de> Deserialize<'de>>(path: &Path, text: &str) -> Result<T, ProfileError> {
     toml::from_str(text).map_err(|e| {
         let line = e.span().map_or(1, |s| line_of(text, s.start));
         let message = e.message().to_string();
@@ -112,75 +108,8 @@ pub fn parse_gpu(path: &Path, text: &str) -> Result<GpuProfile, ProfileError> {
     })
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawWorkload {
-    model: Spanned<String>,
-    input: Spanned<String>,
-    classes: Spanned<i64>,
-    mode: Spanned<String>,
-    precision: Spanned<String>,
-    optimizer: Spanned<String>,
-    lr: Spanned<f64>,
-}
-
-/// A workload preset for `sweep --profile`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkloadProfile {
-    pub model: String,
-    pub input: Vec<i64>,
-    pub classes: i64,
-    pub optimizer: OptimizerKind,
-    pub lr: f64,
-    pub precision: Precision,
-    pub mode: Mode,
-}
-
-pub fn parse_workload(path: &Path, text: &str) -> Result<WorkloadProfile, ProfileError> {
-    let raw: RawWorkload = parse(path, text)?;
-    let err = |name: &str, v: &dyn SpanOf, message: String| ProfileError {
-        path: path.to_path_buf(),
-        line: line_of(text, v.start()),
-        field: Some(name.into()),
-        message,
-    };
-    crate::measure::model::source(raw.model.get_ref()).map_err(|e| err("model", &raw.model, e.to_string()))?;
-    let input = units::parse_input(raw.input.get_ref()).map_err(|e| err("input", &raw.input, e.to_string()))?;
-    if *raw.classes.get_ref() < 1 {
-        return Err(err("classes", &raw.classes, "must be at least 1".into()));
-    }
-    let mode = Mode::parse(raw.mode.get_ref())
-        .ok_or_else(|| err("mode", &raw.mode, format!("'{}' is not one of train, eval", raw.mode.get_ref())))?;
-    let precision = Precision::parse(raw.precision.get_ref()).ok_or_else(|| {
-        err(
-            "precision",
-            &raw.precision,
-            format!("'{}' is not one of fp32, bf16, fp16-amp, bf16-amp", raw.precision.get_ref()),
-        )
-    })?;
-    let optimizer = match raw.optimizer.get_ref().as_str() {
-        "sgd" => OptimizerKind::Sgd,
-        "adam" => OptimizerKind::Adam,
-        "adamw" => OptimizerKind::Adamw,
-        other => return Err(err("optimizer", &raw.optimizer, format!("'{other}' is not one of sgd, adam, adamw"))),
-    };
-    let lr = *raw.lr.get_ref();
-    if !(lr.is_finite() && lr > 0.0) {
-        return Err(err("lr", &raw.lr, "must be a positive number".into()));
-    }
-    Ok(WorkloadProfile {
-        model: raw.model.into_inner(),
-        input,
-        classes: *raw.classes.get_ref(),
-        optimizer,
-        lr,
-        precision,
-        mode,
-    })
-}
-
 /// Where a spanned value starts, whatever its type.
-trait SpanOf {
+pub(crate) trait SpanOf {
     fn start(&self) -> usize;
 }
 
@@ -190,17 +119,13 @@ impl<T> SpanOf for Spanned<T> {
     }
 }
 
-fn read(path: &Path) -> Result<String, ProfileError> {
+pub(crate) fn read(path: &Path) -> Result<String, ProfileError> {
     std::fs::read_to_string(path).map_err(|e| ProfileError {
         path: path.to_path_buf(),
         line: 0,
         field: None,
         message: format!("cannot read: {e}"),
     })
-}
-
-pub fn load_workload(path: &Path) -> Result<WorkloadProfile, ProfileError> {
-    parse_workload(path, &read(path)?)
 }
 
 /// The GPU profiles compiled into the binary (the files in profiles/gpus).
@@ -278,21 +203,6 @@ mod tests {
         assert!(gpu_error(&format!("{GOOD}colour = 1\n")).starts_with("x.toml:6: field colour: unknown field"));
         assert!(gpu_error("name = \"x\nmemory").starts_with("x.toml:1:"));
         assert!(gpu_error(&GOOD.replace("536870912", "9999999999")).contains("less than memory_bytes"));
-    }
-
-    #[test]
-    fn malformed_workload_profiles_name_the_line_and_field() {
-        let good = "model = \"resnet18\"\ninput = \"3x32x32\"\nclasses = 10\nmode = \"train\"\nprecision = \"fp32\"\noptimizer = \"sgd\"\nlr = 0.1\n";
-        let p = Path::new("w.toml");
-        assert_eq!(parse_workload(p, good).unwrap().input, vec![3, 32, 32]);
-        let e = |t: String| parse_workload(p, &t).unwrap_err().to_string();
-        assert!(e(good.replace("resnet18", "resnet19")).starts_with("w.toml:1: field model: unknown model"));
-        assert!(e(good.replace("3x32x32", "3x32")).starts_with("w.toml:2: field input:"));
-        assert_eq!(
-            e(good.replace("\"fp32\"", "\"fp8\"")),
-            "w.toml:5: field precision: 'fp8' is not one of fp32, bf16, fp16-amp, bf16-amp"
-        );
-        assert!(e(good.replace("0.1", "-0.1")).starts_with("w.toml:7: field lr:"));
     }
 
     #[test]

@@ -8,11 +8,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::fit::{Budget, LinearFit};
-use crate::measure::breakdown::{Breakdown, Category, PeakPhase};
-use crate::measure::optim::OptimizerKind;
-use crate::measure::precision::Precision;
-use crate::measure::record::{Outcome, TrialResult};
-use crate::measure::workload::WorkloadConfig;
+use crate::record::breakdown::{Breakdown, Category, PeakPhase};
+use crate::record::trial::{Outcome, TrialResult};
+use crate::record::workload::OptimizerKind;
+use crate::record::workload::Precision;
+use crate::record::workload::WorkloadConfig;
 
 /// A breakdown at one of the batches the recommendation names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -319,8 +319,8 @@ fn signed(bytes: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::breakdown::{CategoryBytes, Method};
-    use crate::measure::record::StepRecord;
+    use crate::record::breakdown::{CategoryBytes, Method};
+    use crate::record::trial::StepRecord;
 
     const MIB: u64 = 1 << 20;
 
@@ -333,7 +333,7 @@ mod tests {
             peak_bytes: bytes.total(),
             bytes,
             unattributed_bytes: 0,
-            phase: Some(crate::measure::breakdown::PeakPhase::Backward),
+            phase: Some(crate::record::breakdown::PeakPhase::Backward),
             op: None,
             source: None,
             peak_ms: 1.0,
@@ -474,7 +474,7 @@ mod tests {
             optimizer: OptimizerKind::Adam,
             lr: 0.001,
             precision: Precision::Fp32,
-            mode: crate::measure::precision::Mode::Train,
+            mode: crate::record::workload::Mode::Train,
         };
         let sgd = WorkloadConfig { optimizer: OptimizerKind::Sgd, ..base.clone() };
         let adamw = WorkloadConfig { optimizer: OptimizerKind::Adamw, ..base.clone() };

@@ -24,11 +24,11 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::analysis::{observe, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::search::{self, synthetic, Observation, Probe, SearchLimits, StrategyKind};
-use crate::measure::device::{CapacityLimit, Device};
-use crate::measure::optim::OptimizerKind;
-use crate::measure::record::TrialSpec;
 use crate::measure::runner;
-use crate::measure::workload::WorkloadConfig;
+use crate::record::device::{CapacityLimit, Device};
+use crate::record::trial::TrialSpec;
+use crate::record::workload::OptimizerKind;
+use crate::record::workload::WorkloadConfig;
 
 pub const STEPS_PER_TRIAL: u32 = 3;
 const MARGIN: f64 = 0.10;
@@ -226,7 +226,7 @@ fn derive_capacity(exe: &Path, case: &RealCase) -> Result<u64> {
     for batch in [low, high] {
         let trial = runner::run_trial(exe, trial_dir(), 0, &case.spec(batch, None), TRIAL_TIMEOUT, |_| {});
         match FitBasis::PeakAllocated.peak(&trial) {
-            Some(peak) if trial.outcome == crate::measure::record::Outcome::Fits => points.push((batch, peak)),
+            Some(peak) if trial.outcome == crate::record::trial::Outcome::Fits => points.push((batch, peak)),
             _ => bail!("{}: measuring batch {batch} failed: {}", case.name(), trial.message.unwrap_or_default()),
         }
     }

@@ -11,11 +11,13 @@ use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRunner, CommandRuns, Placeholders, UserCommand};
-use crate::measure::device::{self, CapacityLimit, DeviceRequest};
-use crate::measure::record::{Outcome, TrialResult};
+use crate::measure::command::{CommandRunner, CommandRuns};
+use crate::measure::device;
 use crate::measure::runner::{BuiltInRunner, TrialRunner};
-use crate::measure::subject::{CommandSubject, Subject};
+use crate::record::device::DeviceRequest;
+use crate::record::subject::{CommandSubject, Subject};
+use crate::record::subject::{Placeholders, UserCommand};
+use crate::record::trial::{Outcome, TrialResult};
 use crate::report::plan_file;
 use crate::units::{format_input, human_bytes};
 
@@ -164,7 +166,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     if let (Some(n), false) = (&note, args.quiet || args.json) {
         eprintln!("note: {n}");
     }
-    let limit = CapacityLimit::new(device, args.capacity)?;
+    let limit = device::capacity_limit(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
     let steps = args.steps;
     // The trial's folder (spec, records, a command's output), kept only for this check.

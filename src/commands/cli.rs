@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analyze::search::StrategyKind;
-use crate::measure::device::DeviceRequest;
-use crate::measure::optim::OptimizerKind;
-use crate::measure::precision::{Mode, Precision};
+use crate::record::device::DeviceRequest;
+use crate::record::workload::OptimizerKind;
+use crate::record::workload::{Mode, Precision};
 use crate::units;
 
 #[derive(Debug, Parser)]
@@ -488,8 +488,8 @@ mod values {
     use clap::ValueEnum;
 
     use crate::analyze::search::StrategyKind;
-    use crate::measure::optim::OptimizerKind;
-    use crate::measure::precision::{Mode, Precision};
+    use crate::record::workload::OptimizerKind;
+    use crate::record::workload::{Mode, Precision};
 
     impl ValueEnum for Precision {
         fn value_variants<'a>() -> &'a [Self] {

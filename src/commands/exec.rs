@@ -8,7 +8,7 @@ use anyhow::{anyhow, Result};
 
 use crate::commands::cli::ExecArgs;
 use crate::error::UsageError;
-use crate::measure::command::{Placeholders, UserCommand};
+use crate::record::subject::{Placeholders, UserCommand};
 use crate::report::plan_file;
 
 const ACCUMULATION: &str = "{accumulation}";

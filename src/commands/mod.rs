@@ -10,6 +10,7 @@ pub mod cli;
 mod exec;
 mod list;
 mod plan;
+pub mod preset;
 mod report;
 mod sweep;
 mod train;
@@ -17,13 +18,12 @@ mod trial;
 
 use anyhow::Result;
 
-use crate::analyze::profile;
 use crate::commands::cli::{Cli, Command, SweepArgs, WorkloadArgs};
 use crate::error::UsageError;
 use crate::measure::model;
-use crate::measure::optim::OptimizerKind;
-use crate::measure::precision::{Mode, Precision};
-use crate::measure::workload::WorkloadConfig;
+use crate::record::workload::OptimizerKind;
+use crate::record::workload::WorkloadConfig;
+use crate::record::workload::{Mode, Precision};
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
@@ -58,7 +58,7 @@ struct Base {
     lr: f64,
 }
 
-fn base(args: &WorkloadArgs, preset: Option<profile::WorkloadProfile>) -> Result<Base> {
+fn base(args: &WorkloadArgs, preset: Option<preset::WorkloadProfile>) -> Result<Base> {
     let model = match (&args.model, &preset) {
         (Some(m), _) => m.clone(),
         (None, Some(p)) => p.model.clone(),
@@ -161,7 +161,7 @@ fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
         UsageError::new(format!("--model {model}: not a usable TorchScript model ({})", e.message))
     };
     let workload =
-        crate::measure::workload::Workload::new(config, crate::measure::device::Device::Cpu).map_err(not_a_model)?;
+        crate::measure::workload::Workload::new(config, crate::record::device::Device::Cpu).map_err(not_a_model)?;
     let shape = workload.output_shape().map_err(not_a_model)?;
     match shape.as_slice() {
         [1, classes] if *classes >= 1 => Ok(*classes),
@@ -194,7 +194,7 @@ const DEFAULT_LR: f64 = 1e-3;
 /// precedence.
 fn sweep_workloads(args: &SweepArgs) -> Result<Vec<WorkloadConfig>> {
     let preset = match &args.profile {
-        Some(path) => Some(profile::load_workload(path).map_err(|e| UsageError::new(e.to_string()))?),
+        Some(path) => Some(preset::load_workload(path).map_err(|e| UsageError::new(e.to_string()))?),
         None => None,
     };
     let precisions = match (&args.workload.precision[..], &preset) {

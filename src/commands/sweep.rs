@@ -8,13 +8,15 @@ use crate::analyze::analysis;
 use crate::commands::cli::SweepArgs;
 use crate::error::Interrupted;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRunner, CommandRuns, Placeholders, UserCommand};
-use crate::measure::device::{self, CapacityLimit, Device, DeviceRequest};
+use crate::measure::command::{CommandRunner, CommandRuns};
+use crate::measure::device;
 use crate::measure::environment;
-use crate::measure::record::TrialResult;
-use crate::measure::record::{Outcome, StepRecord};
 use crate::measure::runner::{self, BuiltInRunner, TrialRunner};
-use crate::measure::subject::{CommandSubject, Subject};
+use crate::record::device::{Device, DeviceRequest};
+use crate::record::subject::{CommandSubject, Subject};
+use crate::record::subject::{Placeholders, UserCommand};
+use crate::record::trial::TrialResult;
+use crate::record::trial::{Outcome, StepRecord};
 use crate::report::output;
 use crate::report::progress::Status;
 use crate::report::{self, table, Layout, Report, RunIndex, REPORT_SCHEMA_VERSION};
@@ -99,7 +101,7 @@ fn trial_runner(
     device: Device,
     dir: &Path,
 ) -> Result<Box<dyn TrialRunner + Send>> {
-    let limit = CapacityLimit::new(device, args.capacity)?;
+    let limit = device::capacity_limit(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
     let steps = args.verify_steps;
     Ok(match subject {

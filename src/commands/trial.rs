@@ -8,9 +8,10 @@ use anyhow::{Context, Result};
 
 use crate::commands::cli::TrialArgs;
 use crate::error::UsageError;
-use crate::measure::device::{self, CapacityLimit, DeviceRequest};
-use crate::measure::record::{TrialSpec, PROTOCOL_VERSION};
+use crate::measure::device;
 use crate::measure::trial;
+use crate::record::device::{CapacityLimit, DeviceRequest};
+use crate::record::trial::{TrialSpec, PROTOCOL_VERSION};
 
 /// A trial by hand: the one the flags describe.
 fn spec_of(args: &TrialArgs) -> Result<TrialSpec> {
@@ -64,10 +65,10 @@ pub fn run(args: TrialArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::device::Device;
-    use crate::measure::optim::OptimizerKind;
-    use crate::measure::precision::{Mode, Precision};
-    use crate::measure::workload::WorkloadConfig;
+    use crate::record::device::Device;
+    use crate::record::workload::OptimizerKind;
+    use crate::record::workload::WorkloadConfig;
+    use crate::record::workload::{Mode, Precision};
 
     /// What the parent writes, the child reads back whole.
     #[test]

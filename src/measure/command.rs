@@ -8,12 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::{Deserialize, Serialize};
-
-use crate::error::UsageError;
-use crate::measure::device::{CapacityLimit, Device};
-use crate::measure::record::TrialSpec;
 use crate::measure::runner::TrialKind;
+use crate::record::device::{CapacityLimit, Device};
+use crate::record::subject::{Placeholders, UserCommand};
+use crate::record::trial::TrialSpec;
 
 /// The hook, embedded in the binary and written to the cache on first use.
 const HOOK_FILES: [(&str, &str); 3] = [
@@ -21,107 +19,6 @@ const HOOK_FILES: [(&str, &str); 3] = [
     ("vramprobe_hook.py", include_str!("hook/vramprobe_hook.py")),
     ("vramprobe_breakdown.py", include_str!("hook/vramprobe_breakdown.py")),
 ];
-
-/// The placeholder a command must contain.
-pub const BATCH: &str = "{batch}";
-/// Where a command takes its sequence length, for `--seq-len(s)`.
-pub const SEQ_LEN: &str = "{seq_len}";
-/// Where a distributed command takes its number of ranks, for `--world-sizes`.
-pub const NPROC: &str = "{nproc}";
-
-/// The user's command, as given after `--`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UserCommand {
-    pub argv: Vec<String>,
-}
-
-impl UserCommand {
-    /// Accepts a command that says where the batch size goes.
-    pub fn new(argv: Vec<String>) -> Result<UserCommand, UsageError> {
-        if argv.is_empty() {
-            return Err(UsageError::new("give the training command after --"));
-        }
-        if !argv.iter().any(|a| a.contains(BATCH)) {
-            return Err(UsageError::new(format!(
-                "the command has no {BATCH}: put it where the batch size goes, e.g. \
-                 vramprobe sweep -- {} --batch-size {BATCH}",
-                argv.join(" ")
-            )));
-        }
-        Ok(UserCommand { argv })
-    }
-
-    /// The command as one line, for tables and reports.
-    pub fn line(&self) -> String {
-        crate::units::shell_line(&self.argv)
-    }
-
-    /// Reads a command back from its [`line`](UserCommand::line) (plain
-    /// words and single-quoted ones, as `line` writes them).
-    pub fn from_line(line: &str) -> Result<UserCommand, UsageError> {
-        let mut argv = Vec::new();
-        let (mut word, mut in_word, mut quoted, mut escaped) = (String::new(), false, false, false);
-        for c in line.chars() {
-            match c {
-                c if escaped => (word, in_word, escaped) = (word + &c.to_string(), true, false),
-                '\\' if !quoted => escaped = true,
-                '\'' => (quoted, in_word) = (!quoted, true),
-                c if c.is_whitespace() && !quoted => {
-                    if in_word {
-                        argv.push(std::mem::take(&mut word));
-                    }
-                    in_word = false;
-                }
-                c => (word, in_word) = (word + &c.to_string(), true),
-            }
-        }
-        if quoted {
-            return Err(UsageError::new(format!("unbalanced quote in the command '{line}'")));
-        }
-        if in_word {
-            argv.push(word);
-        }
-        UserCommand::new(argv)
-    }
-
-    /// The argv for one batch.
-    pub fn for_batch(&self, batch: u64) -> Vec<String> {
-        self.for_trial(batch, &Placeholders::default())
-    }
-
-    /// The argv for one batch at one sequence length and world size.
-    pub fn for_trial(&self, batch: u64, at: &Placeholders) -> Vec<String> {
-        let fill = |a: String, placeholder: &str, value: Option<String>| match value {
-            Some(v) => a.replace(placeholder, &v),
-            None => a,
-        };
-        self.argv
-            .iter()
-            .map(|a| {
-                let a = a.replace(BATCH, &batch.to_string());
-                let a = fill(a, SEQ_LEN, at.seq_len.map(|t| t.to_string()));
-                fill(a, NPROC, at.nproc.map(|n| n.to_string()))
-            })
-            .collect()
-    }
-
-    /// Whether the command takes a sequence length.
-    pub fn has_seq_len(&self) -> bool {
-        self.argv.iter().any(|a| a.contains(SEQ_LEN))
-    }
-
-    /// Whether the command takes its number of ranks.
-    pub fn has_nproc(&self) -> bool {
-        self.argv.iter().any(|a| a.contains(NPROC))
-    }
-}
-
-/// What a run substitutes besides the batch: `{seq_len}` and `{nproc}`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Placeholders {
-    pub seq_len: Option<i64>,
-    pub nproc: Option<u32>,
-}
 
 /// Writes the hook into `cache` (once per version of its text) and returns
 /// the folder to put first on `PYTHONPATH`.
@@ -211,8 +108,8 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         &mut self,
         trial: u32,
         batch: u64,
-        on_step: &mut dyn FnMut(&crate::measure::record::StepRecord),
-    ) -> anyhow::Result<crate::measure::record::TrialResult> {
+        on_step: &mut dyn FnMut(&crate::record::trial::StepRecord),
+    ) -> anyhow::Result<crate::record::trial::TrialResult> {
         let kind = self.runs.trial(trial, batch, self.steps, self.device, self.limit).map_err(|e| {
             anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())
         })?;

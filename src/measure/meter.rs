@@ -1,9 +1,10 @@
 //! The memory meter: reads a device's memory around each step into a
 //! [`StepRecord`]: the host tracker on the CPU, the caching allocator and
 //! NVML on CUDA.
-use crate::measure::device::{cpu, nvml::Nvml, Device};
-use crate::measure::record::StepRecord;
+use crate::measure::device::{cpu, nvml::Nvml};
 use crate::measure::shim;
+use crate::record::device::Device;
+use crate::record::trial::StepRecord;
 
 pub struct MemoryMeter {
     device: Device,

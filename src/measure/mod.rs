@@ -1,13 +1,17 @@
 //! Measurement: everything that runs inside a trial child or talks to a
-//! device. The trial protocol ([`record`]: the child's JSON records and the
-//! parent's [`record::TrialResult`]), the parent side that starts a trial
-//! child and reads it ([`runner`]), the child itself ([`trial`]: one
-//! [`workload`] step after another), and what a step is made of: [`model`],
-//! [`optim`], [`precision`], [`data`], [`device`] (cpu, cuda, nvml), the [`meter`] that reads them around a step,
-//! the C++ [`shim`], the peak's [`breakdown`], the [`environment`], and TEST-ONLY [`fault`] injection (only with the `fault-injection` feature).
+//! device. The parent side that starts a trial child and reads its records
+//! ([`runner`], speaking the protocol of [`crate::record::trial`]), the
+//! built-in child itself ([`trial`]: one [`workload`] step after another),
+//! the user's command as a trial ([`command`], with its Python hook), and
+//! what a step is made of: [`model`], [`optim`], [`data`], [`device`] (cpu,
+//! cuda, nvml), the [`meter`] that reads them around a step, the C++
+//! [`shim`], the ledger's classification of the peak ([`breakdown`]), the
+//! [`environment`], and TEST-ONLY [`fault`] injection (only with the
+//! `fault-injection` feature).
 //!
-//! May import only `units`, `interrupt` and `error`: nothing here knows
-//! about analysis, reports or the command line.
+//! Layer 4, beside `analyze` (neither imports the other): may import
+//! `record`, `units`, `interrupt` and `error`; nothing here knows about
+//! analysis, reports or the command line.
 pub mod breakdown;
 pub mod command;
 pub mod data;
@@ -24,10 +28,7 @@ pub mod fault;
 pub mod meter;
 pub mod model;
 pub mod optim;
-pub mod precision;
-pub mod record;
 pub mod runner;
 pub mod shim;
-pub mod subject;
 pub mod trial;
 pub mod workload;

@@ -5,33 +5,11 @@
 //! once. So their memory, temporaries included, is PyTorch's. Their state is
 //! plain tensors, so checkpoints can hold it. Gradients are cleared to None between steps, as PyTorch's
 //! `zero_grad()` does by default.
-use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, TchError, Tensor};
 
-use crate::measure::device::Device;
 use crate::measure::shim;
-
-/// The optimizers a sweep can train with, with PyTorch's default settings
-/// (SGD with momentum 0.9, the common training recipe).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OptimizerKind {
-    Sgd,
-    Adam,
-    Adamw,
-}
-
-impl OptimizerKind {
-    pub const ALL: [OptimizerKind; 3] = [OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::Adamw];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            OptimizerKind::Sgd => "sgd",
-            OptimizerKind::Adam => "adam",
-            OptimizerKind::Adamw => "adamw",
-        }
-    }
-}
+use crate::record::device::Device;
+use crate::record::workload::OptimizerKind;
 
 const BETAS: (f64, f64) = (0.9, 0.999);
 const EPS: f64 = 1e-8;

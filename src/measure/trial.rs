@@ -10,12 +10,12 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::measure::breakdown;
-use crate::measure::device::Device;
 use crate::measure::failure::StepError;
 use crate::measure::meter::MemoryMeter;
-use crate::measure::record::{Message, Outcome, StartRecord, StepRecord, TrialSpec, PROTOCOL_VERSION};
 use crate::measure::shim;
 use crate::measure::workload::Workload;
+use crate::record::device::Device;
+use crate::record::trial::{Message, Outcome, StartRecord, StepRecord, TrialSpec, PROTOCOL_VERSION};
 
 fn emit(out: &mut impl Write, msg: &Message) -> Result<()> {
     serde_json::to_writer(&mut *out, msg)?;

@@ -3,31 +3,16 @@
 //! [`StepError`] (see [`crate::measure::failure`]).
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
 use tch::{nn, Kind, Reduction, Tensor};
 
 use crate::measure::breakdown::Marks;
-use crate::measure::device::Device;
 use crate::measure::failure::{guarded, Phase, StepError};
 use crate::measure::model::{self, InputKind, Network};
-use crate::measure::optim::{Optimizer, OptimizerKind};
-use crate::measure::precision::{AutocastDtype, Mode, Precision};
+use crate::measure::optim::Optimizer;
 use crate::measure::shim;
-
-/// What to train and how.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkloadConfig {
-    pub model: String,
-    /// Channels x height x width.
-    pub input: Vec<i64>,
-    pub classes: i64,
-    pub optimizer: OptimizerKind,
-    pub lr: f64,
-    #[serde(default)]
-    pub precision: Precision,
-    #[serde(default)]
-    pub mode: Mode,
-}
+use crate::record::device::Device;
+use crate::record::workload::WorkloadConfig;
+use crate::record::workload::{AutocastDtype, Mode, Precision};
 
 /// Seconds spent in each phase of one step.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -113,7 +98,7 @@ impl Workload {
         let source =
             model::source(&name).map_err(|e| StepError { oom: false, phase: Phase::Build, message: e.to_string() })?;
         guarded(Phase::Build, || {
-            let mut vs = nn::VarStore::new(device.tch());
+            let mut vs = nn::VarStore::new(crate::measure::device::tch_device(device));
             let net = source.build(&vs.root(), config.classes, config.precision == Precision::Bf16)?;
             if config.precision == Precision::Bf16 {
                 vs.bfloat16();
@@ -145,7 +130,7 @@ impl Workload {
         model::parameter_count(&self.vs)
     }
 
-    /// Weight tensors of two or more dimensions (see [`crate::measure::record::StartRecord::layers`]).
+    /// Weight tensors of two or more dimensions (see [`crate::record::trial::StartRecord::layers`]).
     pub fn layers(&self) -> u32 {
         self.vs.trainable_variables().iter().filter(|t| t.dim() >= 2).count() as u32
     }
@@ -204,7 +189,7 @@ impl Workload {
     /// Random inputs and labels of the workload's shape, made on the device:
     /// images and a class each, or token ids and the next token at each position.
     pub fn random_batch(&self, batch: u64) -> Result<(Tensor, Tensor), StepError> {
-        let dev = self.device.tch();
+        let dev = crate::measure::device::tch_device(self.device);
         let mut shape = vec![batch as i64];
         shape.extend_from_slice(&self.config.input);
         guarded(Phase::Data, || {

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::analysis::Analysis;
 use crate::analyze::whatif::GpuPrediction;
 use crate::analyze::worldfit::WorldPrediction;
-use crate::measure::breakdown::{Category, PeakPhase};
-use crate::measure::record::{StepRecord, TrialResult};
+use crate::record::breakdown::{Category, PeakPhase};
+use crate::record::trial::{StepRecord, TrialResult};
 
 use super::Report;
 
@@ -194,7 +194,7 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
 /// (`vramprobe plan`): memory only, never speed, and never verified.
 pub fn gpu_plan_row(report: &Report, a: &Analysis, prediction: &GpuPrediction, margin_fraction: f64) -> PlanRow {
     PlanRow {
-        device: crate::measure::device::DeviceRequest::Cuda(0),
+        device: crate::record::device::DeviceRequest::Cuda(0),
         device_name: prediction.gpu.name.clone(),
         capacity_bytes: prediction.gpu.memory_bytes,
         margin_fraction,

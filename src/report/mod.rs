@@ -5,7 +5,7 @@
 //! trainer's log and its plot ([`train_log`]), terminal progress
 //! ([`progress`]). Nothing here runs a trial.
 //!
-//! Layer 3: may import `analyze`, `measure`, `units`, `interrupt`, `error`;
+//! Layer 3: may import `analyze`, `measure`, `record`, `units`, `interrupt`, `error`;
 //! never `sweep`, `train`, `bench` or `commands`.
 pub mod csv;
 pub mod grid;
@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::analysis::{Analysis, SeqSummary};
 use crate::analyze::why::Why;
 use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
-use crate::measure::device::Device;
 use crate::measure::environment::Environment;
-use crate::measure::record::TrialResult;
-use crate::measure::subject::Subject;
+use crate::record::device::Device;
+use crate::record::subject::Subject;
+use crate::record::trial::TrialResult;
 
 /// How far a run got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

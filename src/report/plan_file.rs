@@ -11,12 +11,12 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::{FitBasis, StrategyName};
-use crate::measure::command::UserCommand;
-use crate::measure::device::{Device, DeviceRequest};
-use crate::measure::optim::OptimizerKind;
-use crate::measure::precision::{Mode, Precision};
-use crate::measure::subject::{CommandSubject, Subject, SubjectKind};
-use crate::measure::workload::WorkloadConfig;
+use crate::record::device::{Device, DeviceRequest};
+use crate::record::subject::UserCommand;
+use crate::record::subject::{CommandSubject, Subject, SubjectKind};
+use crate::record::workload::OptimizerKind;
+use crate::record::workload::WorkloadConfig;
+use crate::record::workload::{Mode, Precision};
 use crate::units;
 
 /// Version of the plan.csv columns; bump it when they change.
@@ -323,9 +323,9 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
             })?;
         // Before version 4 a command's row was told by its {batch}.
         if index("subject").is_none() {
-            row.subject = if row.model.contains(crate::measure::command::BATCH) {
+            row.subject = if row.model.contains(crate::record::subject::BATCH) {
                 SubjectKind::Command
-            } else if crate::measure::model::is_path(&row.model) {
+            } else if crate::record::subject::is_path(&row.model) {
                 SubjectKind::TorchScript
             } else {
                 SubjectKind::BuiltIn

@@ -12,7 +12,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::analyze::analysis::SeqSummary;
-use crate::measure::record::Outcome;
+use crate::record::trial::Outcome;
 
 use super::Report;
 
@@ -147,7 +147,7 @@ fn marker(chart: &mut Chart<'_, '_>, x: f64, y_top: f64, label: String, color: R
 }
 
 /// The trials' measured peaks in one series, as (batch, bytes).
-fn measured(report: &Report, peak: impl Fn(&crate::measure::record::TrialResult) -> Option<u64>) -> Vec<(f64, f64)> {
+fn measured(report: &Report, peak: impl Fn(&crate::record::trial::TrialResult) -> Option<u64>) -> Vec<(f64, f64)> {
     report
         .trials
         .iter()
@@ -289,7 +289,7 @@ pub fn throughput_svg(report: &Report) -> Result<String> {
     let a = report.analysis.as_ref();
     // Batches that ran but peaked over the budget are drawn apart: they are
     // not candidates for the fastest batch.
-    let within = |t: &crate::measure::record::TrialResult| {
+    let within = |t: &crate::record::trial::TrialResult| {
         a.is_none_or(|a| a.fit_basis.peak(t).is_some_and(|p| p <= a.budget.budget_bytes))
     };
     let speed = |keep: bool| {

@@ -6,8 +6,8 @@ use anyhow::Result;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::measure::breakdown::{Breakdown, Category};
-use crate::measure::record::{Outcome, TrialResult};
+use crate::record::breakdown::{Breakdown, Category};
+use crate::record::trial::{Outcome, TrialResult};
 use crate::units::human_bytes;
 
 use super::plot::{chart, plot_err, svg, title_name, ByteUnit, FONT, GREY, SIZE};
@@ -68,7 +68,7 @@ fn draw(report: &Report, trial: &TrialResult, b: &Breakdown) -> Result<String> {
         // the smaller totals paint over the larger.
         for k in (0..Category::ALL.len()).rev() {
             let c = Category::ALL[k];
-            let top = |p: &crate::measure::breakdown::TimelinePoint| {
+            let top = |p: &crate::record::breakdown::TimelinePoint| {
                 unit.of(Category::ALL[..=k].iter().map(|&q| p.1.get(q)).sum::<u64>() as f64)
             };
             // Memory holds between events: a step line.

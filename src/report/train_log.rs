@@ -9,7 +9,7 @@ use anyhow::Result;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::measure::record::StepRecord;
+use crate::record::trial::StepRecord;
 use crate::report::output::write_atomic;
 
 use super::plot::{legend, plot_err, svg, tick, ByteUnit, Chart, Series, FONT, GREY, PURPLE, SIZE};

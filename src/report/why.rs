@@ -2,7 +2,7 @@
 //! max batch, when it happens, and what would change the max batch (the
 //! terminal summary and index.html show the same rows).
 use crate::analyze::why::{self, Why};
-use crate::measure::breakdown::{Breakdown, Category};
+use crate::record::breakdown::{Breakdown, Category};
 use crate::units::human_bytes;
 
 use super::grid::{self, Rows};
@@ -67,8 +67,8 @@ pub fn breakdown_rows(w: &Why) -> (String, Rows) {
                 "{why} the peak is reached {}; by {}:",
                 moment(&max.breakdown),
                 match max.breakdown.method {
-                    crate::measure::breakdown::Method::Ledger => "vramprobe's own tensors",
-                    crate::measure::breakdown::Method::TorchMemoryProfile => "torch's memory profile of your step",
+                    crate::record::breakdown::Method::Ledger => "vramprobe's own tensors",
+                    crate::record::breakdown::Method::TorchMemoryProfile => "torch's memory profile of your step",
                 }
             )
         }
@@ -97,7 +97,7 @@ pub fn change_rows(w: &Why) -> (String, Rows) {
 
 /// Where the trials' peaks fall, when not all in one phase: "optimizer at 4-32, backward at 64".
 pub fn phase_note(w: &Why) -> Option<String> {
-    let mut runs: Vec<(crate::measure::breakdown::PeakPhase, u64, u64)> = Vec::new();
+    let mut runs: Vec<(crate::record::breakdown::PeakPhase, u64, u64)> = Vec::new();
     let mut sorted = w.phases.clone();
     sorted.sort();
     for (batch, phase) in sorted {

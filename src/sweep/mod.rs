@@ -4,7 +4,7 @@
 //! [`Sink`] after every trial, so what was measured survives a later failure;
 //! the sink, not the sweep, shows progress and writes files.
 //!
-//! Layer 2: may import `report` (the report type), `analyze`, `measure`,
+//! Layer 2: may import `report` (the report type), `analyze`, `measure`, `record`,
 //! `units`, `interrupt`, `error`; never `train`, `bench` or `commands`.
 use anyhow::Result;
 
@@ -14,12 +14,12 @@ use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
 use crate::analyze::why::{self, Why};
-use crate::measure::device::Device;
 use crate::measure::environment;
-use crate::measure::record::StepRecord;
-use crate::measure::record::TrialResult;
 use crate::measure::runner::TrialRunner;
-use crate::measure::subject::Subject;
+use crate::record::device::Device;
+use crate::record::subject::Subject;
+use crate::record::trial::StepRecord;
+use crate::record::trial::TrialResult;
 use crate::report::{Report, RunStatus, REPORT_SCHEMA_VERSION};
 use crate::units::human_bytes;
 
@@ -272,7 +272,7 @@ fn explain(report: &Report) -> Option<Why> {
         max_batch: a.max_batch,
         recommended_batch: a.recommended_batch,
         capped: a.capped,
-        training: w.is_none_or(|w| w.mode == crate::measure::precision::Mode::Train),
+        training: w.is_none_or(|w| w.mode == crate::record::workload::Mode::Train),
         optimizer: w.map(|w| w.optimizer),
         precision: w.map(|w| w.precision),
     })

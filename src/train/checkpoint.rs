@@ -8,8 +8,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
-use crate::measure::optim::OptimizerKind;
 use crate::measure::workload::Workload;
+use crate::record::workload::OptimizerKind;
 use crate::report::output::replace_atomically;
 
 /// Where a run stands: what a checkpoint needs to resume it exactly.

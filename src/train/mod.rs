@@ -15,12 +15,12 @@ use checkpoint::RunState;
 
 use crate::error::Interrupted;
 use crate::measure::data::{epoch_order, Dataset};
-use crate::measure::device::Device;
 use crate::measure::failure::{is_oom_message, Phase, StepError};
 use crate::measure::meter::MemoryMeter;
-use crate::measure::optim::OptimizerKind;
-use crate::measure::record::StepRecord;
 use crate::measure::workload::Workload;
+use crate::record::device::Device;
+use crate::record::trial::StepRecord;
+use crate::record::workload::OptimizerKind;
 use crate::report::progress::Status;
 use crate::report::train_log::{BatchSplit, Position, TrainEvent, TrainLog, TrainRow};
 use crate::units::human_bytes;

@@ -9,7 +9,7 @@
 
 use assert_cmd::Command;
 use vramprobe::analyze::fit::LinearFit;
-use vramprobe::measure::record::Message;
+use vramprobe::record::trial::Message;
 
 /// The sweep's and `check`'s default margin (`--margin 10%`).
 pub const DEFAULT_MARGIN: f64 = 0.10;

@@ -1,24 +1,8 @@
 //! The driver's view of a GPU through NVML. NVML is optional: without a
 //! driver every reading is absent and the caller notes it, never fails.
+use crate::record::device::NvmlReading;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
-use serde::{Deserialize, Serialize};
-
-/// One NVML sample of a device. Every field is optional: some GPUs (and MIG
-/// slices) do not report all of them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct NvmlReading {
-    pub used_bytes: Option<u64>,
-    pub free_bytes: Option<u64>,
-    pub total_bytes: Option<u64>,
-    pub gpu_util_percent: Option<u32>,
-    pub mem_util_percent: Option<u32>,
-    pub temperature_c: Option<u32>,
-    pub power_watts: Option<f64>,
-    pub sm_clock_mhz: Option<u32>,
-    /// GPU memory NVML attributes to this process (context included).
-    pub process_used_bytes: Option<u64>,
-}
 
 #[derive(Debug, Clone, Default)]
 pub struct Versions {

@@ -16,7 +16,7 @@ stay inert), it:
 - reads the trial's spec (batch, steps, device, capacity limit) from
   `spec.json` in the folder the parent names in VRAMPROBE_RECORDS_DIR, and
   writes vramprobe's trial records (JSON lines, the protocol of
-  src/measure/record.rs) into the same folder, never to the script's stdout: a plain
+  src/record/trial.rs) into the same folder, never to the script's stdout: a plain
   process to `records.jsonl`, each rank of a distributed job (torchrun sets
   RANK) to `records-rank-R.jsonl`, so every rank is measured;
 - stops the program once the trial's steps have run, and classifies an
@@ -53,7 +53,7 @@ _state = {
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
-# The trial protocol's version: record.rs's PROTOCOL_VERSION (a test checks they agree).
+# The trial protocol's version: trial.rs's PROTOCOL_VERSION (a test checks they agree).
 PROTOCOL_VERSION = 1
 
 _SPEC = {}

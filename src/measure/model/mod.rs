@@ -250,14 +250,9 @@ pub enum Source<'a> {
     TorchScript(&'a Path),
 }
 
-/// True when `--model` names a file rather than a built-in model.
-pub fn is_path(name: &str) -> bool {
-    name.contains(['/', '\\']) || [".pt", ".pth", ".ts", ".jit"].iter().any(|ext| name.ends_with(ext))
-}
-
 /// Resolves `--model`: a built-in name, or a path to an existing TorchScript file.
 pub fn source(name: &str) -> Result<Source<'_>, UsageError> {
-    if !is_path(name) {
+    if !crate::record::subject::is_path(name) {
         return find(name).map(Source::BuiltIn);
     }
     let path = Path::new(name);
@@ -285,21 +280,6 @@ impl Source<'_> {
             Source::BuiltIn(spec) => Ok(spec.build(path, classes)),
             Source::TorchScript(file) => Ok(Box::new(torchscript::load(file, path, bf16)?)),
         }
-    }
-}
-
-/// A model's name for folder names: a built-in name, or a file's stem.
-pub fn label(name: &str) -> String {
-    if !is_path(name) {
-        return name.to_string();
-    }
-    let stem = Path::new(name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let clean: String =
-        stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
-    if clean.is_empty() {
-        "model".into()
-    } else {
-        clean
     }
 }
 

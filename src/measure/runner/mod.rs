@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use crate::error::signal_name;
 use crate::measure::device::nvml::Nvml;
-use crate::measure::record::{Message, Outcome, StepRecord, TrialResult, TrialSpec, PROTOCOL_VERSION, SPEC_FILE};
+use crate::record::trial::{Message, Outcome, StepRecord, TrialResult, TrialSpec, PROTOCOL_VERSION, SPEC_FILE};
 use ranks::{Ended, Ranks, Source};
 
 /// A kind of trial: the child process that runs one batch. Every kind
-/// speaks the one protocol ([`crate::measure::record`]): the runner writes
+/// speaks the one protocol ([`crate::record::trial`]): the runner writes
 /// the kind's spec into the trial's folder, the child appends its records
 /// there.
 pub trait TrialKind {
@@ -93,10 +93,10 @@ pub trait TrialRunner {
 pub struct BuiltInRunner {
     pub exe: PathBuf,
     pub trials_dir: PathBuf,
-    pub workload: crate::measure::workload::WorkloadConfig,
-    pub device: crate::measure::device::Device,
+    pub workload: crate::record::workload::WorkloadConfig,
+    pub device: crate::record::device::Device,
     pub steps: u32,
-    pub limit: crate::measure::device::CapacityLimit,
+    pub limit: crate::record::device::CapacityLimit,
     pub timeout: Duration,
 }
 

@@ -4,7 +4,7 @@
 //! every one, whether the trial is decided.
 use std::collections::BTreeMap;
 
-use crate::measure::record::{Outcome, StartRecord};
+use crate::record::trial::{Outcome, StartRecord};
 
 /// Who wrote a record: the one measured process, or a rank of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

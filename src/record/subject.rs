@@ -5,9 +5,10 @@
 //! its subject has none of them.
 use serde::{Deserialize, Serialize};
 
-use crate::measure::command::{Placeholders, UserCommand};
-use crate::measure::model;
-use crate::measure::workload::WorkloadConfig;
+use std::path::Path;
+
+use crate::error::UsageError;
+use crate::record::workload::WorkloadConfig;
 
 /// The thing a run measures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,7 +63,7 @@ pub enum SubjectKind {
 impl Subject {
     /// A workload vramprobe trains itself: built-in or TorchScript, by its model name.
     pub fn of_workload(workload: WorkloadConfig) -> Subject {
-        if model::is_path(&workload.model) {
+        if is_path(&workload.model) {
             Subject::TorchScript(workload)
         } else {
             Subject::BuiltIn(workload)
@@ -120,20 +121,141 @@ impl Subject {
     /// A folder name: the model's, or the command's script's ("command" without one).
     pub fn label(&self) -> String {
         match self {
-            Subject::BuiltIn(w) | Subject::TorchScript(w) => model::label(&w.model),
+            Subject::BuiltIn(w) | Subject::TorchScript(w) => label(&w.model),
             Subject::Command(c) => c
                 .argv
                 .iter()
                 .find(|a| a.ends_with(".py") || a.ends_with(".sh"))
-                .map_or_else(|| "command".to_string(), |script| model::label(script)),
+                .map_or_else(|| "command".to_string(), |script| label(script)),
         }
+    }
+}
+
+/// The placeholder a command must contain.
+pub const BATCH: &str = "{batch}";
+/// Where a command takes its sequence length, for `--seq-len(s)`.
+pub const SEQ_LEN: &str = "{seq_len}";
+/// Where a distributed command takes its number of ranks, for `--world-sizes`.
+pub const NPROC: &str = "{nproc}";
+
+/// The user's command, as given after `--`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserCommand {
+    pub argv: Vec<String>,
+}
+
+impl UserCommand {
+    /// Accepts a command that says where the batch size goes.
+    pub fn new(argv: Vec<String>) -> Result<UserCommand, UsageError> {
+        if argv.is_empty() {
+            return Err(UsageError::new("give the training command after --"));
+        }
+        if !argv.iter().any(|a| a.contains(BATCH)) {
+            return Err(UsageError::new(format!(
+                "the command has no {BATCH}: put it where the batch size goes, e.g. \
+                 vramprobe sweep -- {} --batch-size {BATCH}",
+                argv.join(" ")
+            )));
+        }
+        Ok(UserCommand { argv })
+    }
+
+    /// The command as one line, for tables and reports.
+    pub fn line(&self) -> String {
+        crate::units::shell_line(&self.argv)
+    }
+
+    /// Reads a command back from its [`line`](UserCommand::line) (plain
+    /// words and single-quoted ones, as `line` writes them).
+    pub fn from_line(line: &str) -> Result<UserCommand, UsageError> {
+        let mut argv = Vec::new();
+        let (mut word, mut in_word, mut quoted, mut escaped) = (String::new(), false, false, false);
+        for c in line.chars() {
+            match c {
+                c if escaped => (word, in_word, escaped) = (word + &c.to_string(), true, false),
+                '\\' if !quoted => escaped = true,
+                '\'' => (quoted, in_word) = (!quoted, true),
+                c if c.is_whitespace() && !quoted => {
+                    if in_word {
+                        argv.push(std::mem::take(&mut word));
+                    }
+                    in_word = false;
+                }
+                c => (word, in_word) = (word + &c.to_string(), true),
+            }
+        }
+        if quoted {
+            return Err(UsageError::new(format!("unbalanced quote in the command '{line}'")));
+        }
+        if in_word {
+            argv.push(word);
+        }
+        UserCommand::new(argv)
+    }
+
+    /// The argv for one batch.
+    pub fn for_batch(&self, batch: u64) -> Vec<String> {
+        self.for_trial(batch, &Placeholders::default())
+    }
+
+    /// The argv for one batch at one sequence length and world size.
+    pub fn for_trial(&self, batch: u64, at: &Placeholders) -> Vec<String> {
+        let fill = |a: String, placeholder: &str, value: Option<String>| match value {
+            Some(v) => a.replace(placeholder, &v),
+            None => a,
+        };
+        self.argv
+            .iter()
+            .map(|a| {
+                let a = a.replace(BATCH, &batch.to_string());
+                let a = fill(a, SEQ_LEN, at.seq_len.map(|t| t.to_string()));
+                fill(a, NPROC, at.nproc.map(|n| n.to_string()))
+            })
+            .collect()
+    }
+
+    /// Whether the command takes a sequence length.
+    pub fn has_seq_len(&self) -> bool {
+        self.argv.iter().any(|a| a.contains(SEQ_LEN))
+    }
+
+    /// Whether the command takes its number of ranks.
+    pub fn has_nproc(&self) -> bool {
+        self.argv.iter().any(|a| a.contains(NPROC))
+    }
+}
+
+/// What a run substitutes besides the batch: `{seq_len}` and `{nproc}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placeholders {
+    pub seq_len: Option<i64>,
+    pub nproc: Option<u32>,
+}
+
+/// True when `--model` names a file rather than a built-in model.
+pub fn is_path(name: &str) -> bool {
+    name.contains(['/', '\\']) || [".pt", ".pth", ".ts", ".jit"].iter().any(|ext| name.ends_with(ext))
+}
+
+/// A model's name for folder names: a built-in name, or a file's stem.
+pub fn label(name: &str) -> String {
+    if !is_path(name) {
+        return name.to_string();
+    }
+    let stem = Path::new(name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let clean: String =
+        stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    if clean.is_empty() {
+        "model".into()
+    } else {
+        clean
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::optim::OptimizerKind;
+    use crate::record::workload::OptimizerKind;
 
     fn resnet() -> WorkloadConfig {
         WorkloadConfig {

@@ -1,7 +1,45 @@
-//! How a step runs: its numeric precision and whether it trains or only
+//! What vramprobe trains: the workload (model, input, classes, optimizer,
+//! learning rate), its numeric precision and whether it trains or only
 //! infers. Each (precision, mode) pair is its own sweep, table row and
 //! plan.csv row, because memory differs a lot between them.
 use serde::{Deserialize, Serialize};
+
+/// What to train and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadConfig {
+    pub model: String,
+    /// Channels x height x width.
+    pub input: Vec<i64>,
+    pub classes: i64,
+    pub optimizer: OptimizerKind,
+    pub lr: f64,
+    #[serde(default)]
+    pub precision: Precision,
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+/// The optimizers a sweep can train with, with PyTorch's default settings
+/// (SGD with momentum 0.9, the common training recipe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    Sgd,
+    Adam,
+    Adamw,
+}
+
+impl OptimizerKind {
+    pub const ALL: [OptimizerKind; 3] = [OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::Adamw];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerKind::Sgd => "sgd",
+            OptimizerKind::Adam => "adam",
+            OptimizerKind::Adamw => "adamw",
+        }
+    }
+}
 
 /// Numeric precision of a step, as PyTorch users choose it.
 /// Its names (`fp32`, `bf16`, `fp16-amp`, `bf16-amp`) come from the variants,

@@ -15,10 +15,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::breakdown::Breakdown;
-use crate::measure::device::nvml::NvmlReading;
-use crate::measure::device::{CapacityLimit, Device};
-use crate::measure::workload::WorkloadConfig;
+use crate::record::breakdown::Breakdown;
+use crate::record::device::{CapacityLimit, Device, NvmlReading};
+use crate::record::workload::WorkloadConfig;
 
 /// The version of the trial protocol (the spec and the records); bump it
 /// when either changes. The hook writes the same number
