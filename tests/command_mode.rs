@@ -3,6 +3,7 @@
 //! (with torchvision beside it, which ./scripts/test installs); where they
 //! are missing the tests are counted as skipped.
 use std::path::Path;
+use vramprobe::record::trial::Outcome;
 
 use common::{vramprobe, DEFAULT_MARGIN};
 use vramprobe::analyze::fit::LinearFit;
@@ -43,7 +44,7 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
     let Some(python) = python("a_plain_script_peaks_as_the_built_in_model_does") else { return };
     let dir = tempfile::tempdir().unwrap();
     let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "8,16"], &example(&python));
-    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
+    assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{trials:?}");
     assert!(plan.model.contains("train_resnet18.py --batch-size {batch}"), "the plan names the command: {plan:?}");
     // The same training step (torchvision's resnet18, SGD with momentum) as
     // vramprobe's own op-for-op resnet18, measured on this machine.
@@ -172,7 +173,7 @@ fn dataloader_workers_stay_outside_the_measurement() {
     let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "4,8"], &command);
     // Each trial's records came from the training process alone: three
     // steps, numbered once, though two worker processes ran beside it.
-    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
+    assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{trials:?}");
     let steps: Vec<vramprobe::record::trial::StepRecord> = read_csv(&dir.path().join("run/steps.csv"));
     assert_eq!(steps.iter().map(|s| s.step).collect::<Vec<_>>(), [1, 2, 3, 1, 2, 3]);
     assert!(plan.per_sample_bytes.unwrap() > 0);
@@ -206,7 +207,7 @@ fn an_autocast_loop_with_a_grad_scaler_is_measured_step_by_step() {
     let (_, plain) = sweep(&dir.path().join("fp32"), &["--batches", "4,8"], &example(&python));
     let command = [example(&python), vec!["--amp".into(), "bf16".into()]].concat();
     let (trials, amp) = sweep(&dir.path().join("amp"), &["--batches", "4,8"], &command);
-    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
+    assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{trials:?}");
     assert!(amp.per_sample_bytes.unwrap() < plain.per_sample_bytes.unwrap(), "{amp:?} {plain:?}");
 }
 
@@ -291,7 +292,7 @@ fn a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict() {
     // One step where three were asked for: what it measured is used, and said.
     let early = [example(&python), vec!["--steps".into(), "1".into()]].concat();
     let (trials, _) = sweep(&dir.path().join("early"), &["--batches", "4"], &early);
-    assert_eq!((trials[0].outcome.as_str(), trials[0].steps_completed), ("fits", 1), "{trials:?}");
+    assert_eq!((trials[0].outcome.name(), trials[0].steps_completed), ("fits", 1), "{trials:?}");
     assert!(trials[0].message.contains("ended after 1 of 3 steps"), "{}", trials[0].message);
 
     let check = |code: &str, extra: &[&str]| {
@@ -331,7 +332,7 @@ fn a_loop_without_torch_optim_marks_its_steps_by_hand() {
                       vramprobe_hook.step()\n";
     let command = [python, "-c".into(), format!("{script}# {{batch}}")];
     let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "1000,2000"], &command);
-    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3), "{trials:?}");
+    assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{trials:?}");
     // x is batch x 1000 f32 (deleted before the next one is made): 4000
     // bytes a sample, exactly.
     assert_eq!(plan.per_sample_bytes, Some(4000), "{plan:?}");

@@ -99,7 +99,7 @@ fn every_rank_is_measured_and_the_fullest_sets_the_trials_peak() {
     let even: Vec<StepRecord> = read_csv(&dir.path().join("even/steps.csv"));
     let steps = &even;
     for t in &trials {
-        assert_eq!((t.outcome.as_str(), t.steps_completed, t.world_size), ("fits", 3, Some(2)), "{t:?}");
+        assert_eq!((t.outcome.name(), t.steps_completed, t.world_size), ("fits", 3, Some(2)), "{t:?}");
         let of = |rank| steps.iter().filter(move |s| s.trial == t.trial && s.rank == Some(rank));
         assert_eq!((of(0).count(), of(1).count()), (3, 3), "3 steps on each rank");
         assert!(steps.iter().filter(|s| s.trial == t.trial).all(|s| s.world_size == Some(2)));

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
+use vramprobe::record::trial::Outcome;
 
 use assert_cmd::Command;
 use vramprobe::report::csv::{PlanRow, SweepRow};
@@ -86,8 +87,8 @@ fn an_oom_in_each_phase_is_an_oom_and_keeps_what_fit() {
         let run = sweep_with_fault(&out, fault, &[]);
         assert_clean(&run.stderr);
         let rows = rows(&out);
-        assert_eq!((rows[0].batch, rows[0].outcome.as_str(), rows[0].steps_completed), (2, "fits", 3), "{fault}");
-        assert_eq!((rows[1].batch, rows[1].outcome.as_str(), rows[1].failed_step), (4, "oom", Some(2)), "{fault}");
+        assert_eq!((rows[0].batch, rows[0].outcome.name(), rows[0].steps_completed), (2, "fits", 3), "{fault}");
+        assert_eq!((rows[1].batch, rows[1].outcome.name(), rows[1].failed_step), (4, "oom", Some(2)), "{fault}");
         assert!(rows[1].message.starts_with(&format!("out of memory in {phase}:")), "{fault}: {}", rows[1].message);
         // The first step of the failed trial was measured and is kept.
         assert_eq!(rows[1].steps_completed, 1);
@@ -108,7 +109,7 @@ fn a_libtorch_error_that_is_not_an_oom_is_an_error_never_fits() {
     let run = sweep_with_fault(&out, "error@4", &[]);
     assert_clean(&run.stderr);
     let rows = rows(&out);
-    assert_eq!((rows[1].outcome.as_str(), rows[1].failed_step), ("error", Some(2)));
+    assert_eq!((rows[1].outcome.name(), rows[1].failed_step), ("error", Some(2)));
     assert!(rows[1].message.starts_with("error in forward:") && rows[1].message.contains("mat"), "{}", rows[1].message);
     let r = report(&out);
     assert_eq!(r["analysis"]["max_batch"], 2, "an error is not a fit");
@@ -121,8 +122,8 @@ fn a_child_killed_by_a_signal_is_reported_and_the_rest_is_kept() {
     let run = sweep_with_fault(&out, "kill@4", &[]);
     assert_clean(&run.stderr);
     let rows = rows(&out);
-    assert_eq!(rows[0].outcome, "fits");
-    assert_eq!((rows[1].outcome.as_str(), rows[1].steps_completed), ("killed", 1));
+    assert_eq!(rows[0].outcome, Outcome::Fits);
+    assert_eq!((rows[1].outcome.name(), rows[1].steps_completed), ("killed", 1));
     assert!(rows[1].message.contains("SIGKILL"), "{}", rows[1].message);
     assert_eq!(report(&out)["analysis"]["max_batch"], 2);
 }
@@ -138,7 +139,7 @@ fn a_hanging_child_is_killed_with_its_whole_process_group() {
     let run = sweep_with_fault(&out, "hang@4", &["--trial-timeout", "10"]);
     assert_clean(&run.stderr);
     let rows = rows(&out);
-    assert_eq!(rows.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(), ["fits", "timeout"], "{rows:?}");
+    assert_eq!(rows.iter().map(|r| r.outcome.name()).collect::<Vec<_>>(), ["fits", "timeout"], "{rows:?}");
     assert!(rows[1].message.contains("process group was killed"));
     // The grandchild the hung trial started is gone too.
     std::thread::sleep(Duration::from_millis(300));
@@ -191,7 +192,7 @@ fn sigint_or_sigterm_mid_sweep_kills_the_trial_and_keeps_what_was_measured() {
         assert_eq!(r["status"], "interrupted");
         let rows = rows(&out);
         assert_eq!(
-            rows.iter().map(|r| (r.batch, r.outcome.as_str())).collect::<Vec<_>>(),
+            rows.iter().map(|r| (r.batch, r.outcome.name())).collect::<Vec<_>>(),
             [(2, "fits"), (4, "fits"), (8, "killed")]
         );
         assert!(rows[2].message.starts_with("interrupted by SIG"), "{}", rows[2].message);

@@ -35,7 +35,7 @@ fn a_small_cpu_sweep_is_linear_and_predicts_a_held_out_batch() {
     // sweep.csv: every trial fits and peaks strictly increase with the batch.
     let (_, trials) = read_csv::<SweepRow>(&out.join("sweep.csv"));
     assert_eq!(trials.iter().map(|t| t.batch).collect::<Vec<_>>(), vec![1, 2, 4, 8, 16, 32]);
-    assert!(trials.iter().all(|t| t.outcome == "fits" && t.steps_completed == 3));
+    assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3));
     let peaks: Vec<u64> = trials.iter().map(|t| t.peak_allocated_bytes.unwrap()).collect();
     assert!(peaks.windows(2).all(|w| w[0] < w[1]), "{peaks:?}");
 
@@ -169,7 +169,7 @@ fn a_sweep_stops_at_the_first_oom_and_keeps_what_it_measured() {
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let (_, trials) = read_csv::<SweepRow>(&out.join("sweep.csv"));
-    let outcomes: Vec<&str> = trials.iter().map(|t| t.outcome.as_str()).collect();
+    let outcomes: Vec<&str> = trials.iter().map(|t| t.outcome.name()).collect();
     assert_eq!(outcomes, ["fits", "fits", "oom"], "{trials:?}");
     let (_, plan) = read_csv::<PlanRow>(&out.join("plan.csv"));
     assert_eq!(plan[0].max_batch, 2);

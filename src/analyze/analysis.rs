@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::fastest::{self, Fastest};
 use crate::analyze::fit::{Budget, LinearFit};
+use crate::analyze::note::Note;
 use crate::analyze::search::{Observation, SearchResult, StrategyKind};
 use crate::analyze::seqfit::{self, SeqFit};
 use crate::record::device::Device;
@@ -93,7 +94,7 @@ pub struct Analysis {
     /// the batches that fit (absent in reports written before it existed).
     #[serde(default)]
     pub fastest: Option<Fastest>,
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
 }
 
 /// What the analysis needs besides the trials.
@@ -190,7 +191,7 @@ pub fn round_down(batch: u64, multiple_of: u64) -> u64 {
 }
 
 pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
-    let mut notes = input.search.notes.clone();
+    let mut notes: Vec<Note> = input.search.notes.iter().map(|text| Note::Search { text: text.clone() }).collect();
     let budget = input.budget;
     let basis = FitBasis::for_device(input.device);
     let fits: Vec<&TrialResult> = trials.iter().filter(|t| t.outcome == Outcome::Fits).collect();
@@ -205,9 +206,9 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     let predicted_max_batch = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
     if let Some(f) = fit {
         if f.per_sample_bytes <= 0.0 {
-            notes.push("peak memory did not grow with the batch over the measured range: the limit lies beyond it; run larger batches (--max-batch or --batches)".into());
+            notes.push(Note::FlatLine);
         } else if f.r2 < 0.99 {
-            notes.push(format!("the memory line fits poorly (r² = {:.4}): treat predictions with care", f.r2));
+            notes.push(Note::PoorFit { r2: f.r2 });
         }
     }
 
@@ -220,10 +221,7 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     };
     let headroom_bytes = recommended_peak_bytes.map(|p| budget.headroom(p));
     if recommended_batch > 0 && verified.is_none() {
-        notes.push(format!(
-            "the recommended batch {recommended_batch} was not run: {} reported it without verifying it",
-            input.strategy.name()
-        ));
+        notes.push(Note::RecommendedNotRun { batch: recommended_batch, strategy: input.strategy.name().into() });
     }
 
     let gpu_predictions = match fit.filter(|f| f.per_sample_bytes > 0.0) {
@@ -431,7 +429,7 @@ mod tests {
         let a = analyze(&trials, input(63, 8));
         assert_eq!(a.recommended_batch, 56);
         assert!(!a.recommended_verified);
-        assert!(a.notes.iter().any(|n| n.contains("56 was not run")), "{:?}", a.notes);
+        assert!(a.notes.iter().any(|n| n.to_string().contains("56 was not run")), "{:?}", a.notes);
     }
 
     #[test]

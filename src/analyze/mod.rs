@@ -12,6 +12,7 @@
 pub mod analysis;
 pub mod fastest;
 pub mod fit;
+pub mod note;
 pub mod profile;
 pub mod search;
 pub mod seqfit;

@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 
 use crate::analyze::analysis;
+use crate::analyze::note::Note;
 use crate::commands::cli::SweepArgs;
 use crate::error::Interrupted;
 use crate::error::UsageError;
@@ -150,13 +151,9 @@ impl Sink for Prefixed {
 }
 
 fn sweep_config(args: &SweepArgs, subject: &Subject, device: Device, note: Option<String>) -> SweepConfig {
-    let mut notes: Vec<String> = note.into_iter().collect();
+    let mut notes: Vec<Note> = note.into_iter().map(|text| Note::Device { text }).collect();
     if let (Subject::Command(_), Device::Cpu, Some(_)) = (subject, device, args.capacity) {
-        notes.push(
-            "on the CPU, --capacity is judged against each trial's exact tensor peak (the profiler's): \
-             it is not enforced inside your command"
-                .into(),
-        );
+        notes.push(Note::CapacityNotEnforced);
     }
     SweepConfig {
         subject: subject.clone(),

@@ -138,14 +138,15 @@ impl StepRecord {
 }
 
 /// How a trial ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// Every step ran.
     Fits,
     /// An allocation failed somewhere in the step (forward, backward, optimizer or data).
     Oom,
-    /// Any other failure inside the trial.
+    /// Any other failure inside the trial (and a trial not yet decided).
+    #[default]
     Error,
     /// The child died from a signal (the kernel's OOM killer sends SIGKILL).
     Killed,
@@ -153,15 +154,21 @@ pub enum Outcome {
     Timeout,
 }
 
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
             Outcome::Fits => "fits",
             Outcome::Oom => "oom",
             Outcome::Error => "error",
             Outcome::Killed => "killed",
             Outcome::Timeout => "timeout",
-        })
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -7,7 +7,7 @@ use crate::analyze::analysis::Analysis;
 use crate::analyze::whatif::GpuPrediction;
 use crate::analyze::worldfit::WorldPrediction;
 use crate::record::breakdown::{Category, PeakPhase};
-use crate::record::trial::{StepRecord, TrialResult};
+use crate::record::trial::{Outcome, StepRecord, TrialResult};
 
 use super::Report;
 
@@ -92,7 +92,7 @@ pub fn breakdown_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
 pub struct SweepRow {
     pub trial: u32,
     pub batch: u64,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub steps_completed: u32,
     pub peak_allocated_bytes: Option<u64>,
     pub peak_reserved_bytes: Option<u64>,
@@ -117,7 +117,7 @@ pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
         .map(|t| SweepRow {
             trial: t.trial,
             batch: t.batch,
-            outcome: t.outcome.to_string(),
+            outcome: t.outcome,
             steps_completed: t.steps_completed(),
             peak_allocated_bytes: t.peak_allocated_bytes(),
             peak_reserved_bytes: t.peak_reserved_bytes(),

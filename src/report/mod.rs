@@ -23,6 +23,7 @@ pub mod why;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::{Analysis, SeqSummary};
+use crate::analyze::note::Note;
 use crate::analyze::why::Why;
 use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
 use crate::measure::environment::Environment;
@@ -76,7 +77,7 @@ pub struct Report {
     /// the max batch was broken down; every view shows this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<Why>,
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
 }
 
 impl Report {

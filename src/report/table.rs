@@ -201,7 +201,7 @@ pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
 
 /// Every note of the run: the analysis' and the sweep's.
 pub fn notes(report: &Report) -> Vec<String> {
-    report.analysis.iter().flat_map(|a| a.notes.iter()).chain(&report.notes).cloned().collect()
+    report.analysis.iter().flat_map(|a| a.notes.iter()).chain(&report.notes).map(ToString::to_string).collect()
 }
 
 pub fn summary(report: &Report) -> String {

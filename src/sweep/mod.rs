@@ -10,6 +10,7 @@ use anyhow::Result;
 
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
 use crate::analyze::fit::Budget;
+use crate::analyze::note::Note;
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
@@ -21,7 +22,6 @@ use crate::record::subject::Subject;
 use crate::record::trial::StepRecord;
 use crate::record::trial::TrialResult;
 use crate::report::{Report, RunStatus, REPORT_SCHEMA_VERSION};
-use crate::units::human_bytes;
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
@@ -49,7 +49,7 @@ pub struct SweepConfig {
     pub margin_fraction: f64,
     pub multiple_of: u64,
     pub command_line: Vec<String>,
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
 }
 
 impl SweepConfig {
@@ -96,7 +96,7 @@ impl Sweep<'_> {
     fn stop_if_interrupted(&mut self) -> Result<()> {
         if let Err(interrupted) = crate::interrupt::check() {
             self.report.status = RunStatus::Interrupted;
-            self.report.notes.push(format!("{interrupted}: the sweep stopped; the trials above are what it measured"));
+            self.report.notes.push(Note::Interrupted { signal: interrupted.to_string() });
             self.sink.report(&self.report)?;
             return Err(interrupted.into());
         }
@@ -128,20 +128,12 @@ impl Sweep<'_> {
     /// Memory that grows from step to step makes every peak an
     /// underestimate for a longer job: said once per sweep.
     fn note_growth(&mut self, trial: &TrialResult) {
-        const NOTE: &str = "memory held at the end of a step grew";
-        let Some((rank, growth)) = trial.held_growth() else { return };
+        let Some((rank, bytes)) = trial.held_growth() else { return };
         let peak = trial.peak_allocated_bytes().unwrap_or(0);
-        if growth < (1 << 20).max(peak / 100) || self.report.notes.iter().any(|n| n.starts_with(NOTE)) {
+        if bytes < (1 << 20).max(peak / 100) || self.report.notes.iter().any(|n| matches!(n, Note::MemoryGrew { .. })) {
             return;
         }
-        let who = rank.map_or(String::new(), |r| format!(" on rank {r}"));
-        self.report.notes.push(format!(
-            "{NOTE} by {} between step 2 and step {}{who} at batch {}: the script keeps tensors from step to \
-             step (a leak: a longer job peaks higher than these trials)",
-            human_bytes(growth as f64),
-            self.cfg.steps,
-            trial.batch
-        ));
+        self.report.notes.push(Note::MemoryGrew { bytes, last_step: self.cfg.steps, rank, batch: trial.batch });
     }
 
     fn search_limits(&self) -> SearchLimits {
@@ -241,7 +233,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
 
     let mut report = sweep.report;
     let budget = sweep.budget.unwrap_or_else(|| {
-        report.notes.push("no trial reported the device's memory: the budget is unknown (pass --capacity)".into());
+        report.notes.push(Note::BudgetUnknown);
         Budget::new(cfg.capacity.unwrap_or(0), cfg.margin_fraction, 0)
     });
     let input = AnalysisInput {

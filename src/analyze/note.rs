@@ -1,0 +1,84 @@
+//! What a run has to tell beside its numbers, typed (as hyperfine keeps its
+//! warnings): each kind is made once, where it is found, and says itself in
+//! words through `Display`; report.json keeps the kind and its values.
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::human_bytes;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Note {
+    /// The search's own account: a fallback, a cap, a batch that did not
+    /// fit although a larger one did.
+    Search { text: String },
+    /// Where the run measured when the device asked for is not there.
+    Device { text: String },
+    /// A command measured on the CPU with `--capacity`: judged, not enforced.
+    CapacityNotEnforced,
+    /// Memory held at the end of a step grew from step 2 to the last.
+    MemoryGrew { bytes: u64, last_step: u32, rank: Option<u32>, batch: u64 },
+    /// No trial reported the device's memory.
+    BudgetUnknown,
+    /// Peak memory did not grow with the batch over the measured range.
+    FlatLine,
+    /// The memory line fits poorly.
+    PoorFit { r2: f64 },
+    /// The strategy reported a recommended batch it did not run.
+    RecommendedNotRun { batch: u64, strategy: String },
+    /// SIGINT or SIGTERM stopped the sweep.
+    Interrupted { signal: String },
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::Search { text } | Note::Device { text } => f.write_str(text),
+            Note::CapacityNotEnforced => f.write_str(
+                "on the CPU, --capacity is judged against each trial's exact tensor peak (the profiler's): \
+                 it is not enforced inside your command",
+            ),
+            Note::MemoryGrew { bytes, last_step, rank, batch } => {
+                let who = rank.map_or(String::new(), |r| format!(" on rank {r}"));
+                write!(
+                    f,
+                    "memory held at the end of a step grew by {} between step 2 and step {last_step}{who} at batch \
+                     {batch}: the script keeps tensors from step to step (a leak: a longer job peaks higher than \
+                     these trials)",
+                    human_bytes(*bytes as f64)
+                )
+            }
+            Note::BudgetUnknown => {
+                f.write_str("no trial reported the device's memory: the budget is unknown (pass --capacity)")
+            }
+            Note::FlatLine => f.write_str(
+                "peak memory did not grow with the batch over the measured range: the limit lies beyond it; \
+                 run larger batches (--max-batch or --batches)",
+            ),
+            Note::PoorFit { r2 } => {
+                write!(f, "the memory line fits poorly (r² = {r2:.4}): treat predictions with care")
+            }
+            Note::RecommendedNotRun { batch, strategy } => {
+                write!(f, "the recommended batch {batch} was not run: {strategy} reported it without verifying it")
+            }
+            Note::Interrupted { signal } => {
+                write!(f, "{signal}: the sweep stopped; the trials above are what it measured")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_keeps_its_kind_and_values_in_json() {
+        let n = Note::MemoryGrew { bytes: 3 << 20, last_step: 3, rank: Some(1), batch: 8 };
+        let json = serde_json::to_value(&n).unwrap();
+        assert_eq!(json["kind"], "memory_grew");
+        assert_eq!(serde_json::from_value::<Note>(json).unwrap(), n);
+        assert!(n.to_string().contains("grew by 3.00 MiB between step 2 and step 3 on rank 1 at batch 8"), "{n}");
+    }
+}
