@@ -23,9 +23,35 @@ use crate::units::{format_input, human_bytes};
 
 pub const EXIT_WONT_FIT: i32 = 3;
 
+/// What `check` answers, and its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Verdict {
+    Fits,
+    WontFit,
+}
+
+impl Verdict {
+    fn exit_code(self) -> i32 {
+        match self {
+            Verdict::Fits => 0,
+            Verdict::WontFit => EXIT_WONT_FIT,
+        }
+    }
+}
+
+/// A trial judged: the verdict, the headroom where the peak is known, and
+/// the message for the user.
+struct Judgement {
+    verdict: Verdict,
+    headroom_bytes: Option<i64>,
+    message: String,
+}
+
+/// `check --json`'s one line.
 #[derive(Serialize)]
-struct Verdict {
-    verdict: &'static str,
+struct VerdictJson {
+    verdict: Verdict,
     exit_code: i32,
     model: String,
     input: String,
@@ -107,15 +133,14 @@ fn target(args: &CheckArgs) -> Result<Target> {
     }
 }
 
-/// The verdict on a trial that fitted or ran out of memory: (verdict, exit
-/// code, headroom, message).
+/// The verdict on a trial that fitted or ran out of memory.
 fn judge(
     trial: &TrialResult,
     what: &str,
     budget: &Budget,
     peak: Option<u64>,
     max_batch_from_fit: Option<u64>,
-) -> (&'static str, i32, Option<i64>, String) {
+) -> Judgement {
     let capacity = human_bytes(budget.capacity_bytes as f64);
     match trial.outcome {
         Outcome::Fits => {
@@ -128,7 +153,7 @@ fn judge(
                     human_bytes(peak as f64),
                     human_bytes(budget.non_pytorch_bytes as f64),
                 );
-                return ("wont_fit", EXIT_WONT_FIT, Some(headroom), msg);
+                return Judgement { verdict: Verdict::WontFit, headroom_bytes: Some(headroom), message: msg };
             }
             let mut msg = format!(
                 "FITS: {what}: peak {}, headroom {} ({pct:.1}%) of {capacity} ({} steps)",
@@ -142,7 +167,7 @@ fn judge(
                     budget.margin_fraction * 100.0
                 ));
             }
-            ("fits", 0, Some(headroom), msg)
+            Judgement { verdict: Verdict::Fits, headroom_bytes: Some(headroom), message: msg }
         }
         _ => {
             let step = trial.failed_step.map_or(String::new(), |s| format!(" at step {s}"));
@@ -154,7 +179,7 @@ fn judge(
                 "WON'T FIT: {what}: out of memory{step} ({}); capacity {capacity}{largest}",
                 trial.message.as_deref().unwrap_or("")
             );
-            ("wont_fit", EXIT_WONT_FIT, None, msg)
+            Judgement { verdict: Verdict::WontFit, headroom_bytes: None, message: msg }
         }
     }
 }
@@ -214,7 +239,9 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         (Subject::Command(_), [t]) => format!("`{}` at batch {batch}{ranks}, length {t} on {device}", subject.name()),
         (_, input) => format!("{} {} at batch {batch} on {device}", subject.name(), format_input(input)),
     };
-    let (verdict, exit_code, headroom, mut message) = judge(&trial, &what, &budget, peak, max_batch_from_fit);
+    let Judgement { verdict, headroom_bytes: headroom, mut message } =
+        judge(&trial, &what, &budget, peak, max_batch_from_fit);
+    let exit_code = verdict.exit_code();
     let peaks = trial.rank_peaks();
     if !peaks.is_empty() {
         let each: Vec<String> =
@@ -223,7 +250,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         message.push_str(&format!("\nper rank: {}{top}", each.join(", ")));
     }
     if args.json {
-        let v = Verdict {
+        let v = VerdictJson {
             verdict,
             exit_code,
             model: subject.name(),
