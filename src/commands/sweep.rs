@@ -20,9 +20,10 @@ use crate::record::trial::TrialResult;
 use crate::record::trial::{Outcome, StepRecord};
 use crate::report::output;
 use crate::report::progress::Status;
-use crate::report::{self, table, Layout, Report, RunIndex, REPORT_SCHEMA_VERSION};
+use crate::report::{self, table, Report, RunIndex};
+use crate::sweep::variants::{Across, DeviceRun};
 use crate::sweep::{self, BatchChoice, Sink, SweepConfig};
-use crate::units::{format_input, human_bytes};
+use crate::units::human_bytes;
 
 /// One line per trial on stderr (stdout is kept for the summary), and on a
 /// terminal a live status line: trial, batch, phase, last peak, elapsed.
@@ -173,27 +174,6 @@ fn sweep_config(args: &SweepArgs, subject: &Subject, device: Device, note: Optio
     }
 }
 
-/// A folder name per variant, from what differs between them, e.g.
-/// `bf16-amp-eval`, `seq-512` or `world-2-seq-512`.
-fn variant_labels(subjects: &[Subject]) -> Vec<String> {
-    type Part = fn(&Subject) -> Option<String>;
-    let parts: [(&str, Part); 5] = [
-        ("world-", |s| s.command().and_then(|c| c.world_size).map(|n| n.to_string())),
-        ("", |s| s.workload().map(|w| w.optimizer.name().to_string())),
-        ("", |s| s.workload().map(|w| w.precision.name().to_string())),
-        ("", |s| s.workload().map(|w| w.mode.name().to_string())),
-        ("seq-", |s| Some(format_input(&s.input()))),
-    ];
-    let varying: Vec<&(&str, Part)> =
-        parts.iter().filter(|(_, f)| subjects.iter().any(|s| f(s) != f(&subjects[0]))).collect();
-    subjects
-        .iter()
-        .map(|s| {
-            varying.iter().filter_map(|(prefix, f)| Some(format!("{prefix}{}", f(s)?))).collect::<Vec<_>>().join("-")
-        })
-        .collect()
-}
-
 /// Command mode: one subject per sequence length and world size (what
 /// `{seq_len}` and `{nproc}` become); the command itself decides model,
 /// data, precision and optimizer.
@@ -254,6 +234,43 @@ fn command_subjects(args: &SweepArgs) -> Result<Option<Vec<Subject>>> {
     Ok(Some(subjects))
 }
 
+/// The sweep's side of the outside world: child processes for trials, the
+/// run folders' files, and the terminal.
+struct Outside<'a> {
+    args: &'a SweepArgs,
+    device: Device,
+    out_dir: &'a Path,
+}
+
+impl sweep::variants::Outlet for Outside<'_> {
+    fn runner(&mut self, subject: &Subject, dir: &Path) -> Result<Box<dyn TrialRunner + Send>> {
+        trial_runner(self.args, subject, self.device, dir)
+    }
+
+    fn sink(&mut self, label: &str, subject: &Subject, dir: &Path) -> Box<dyn Sink + Send> {
+        if !self.args.quiet {
+            match subject.workload() {
+                None => eprintln!("== {label} =="),
+                Some(w) => eprintln!("== {label}: {} {} {} ==", w.optimizer.name(), w.precision.name(), w.mode.name()),
+            }
+        }
+        Box::new(Lines::new(self.args.quiet, self.args.verify_steps, dir))
+    }
+
+    fn finished(&mut self, label: &str, result: &Result<Report>) {
+        match result {
+            Ok(report) if !self.args.quiet => eprint!("{}", table::summary(report)),
+            Ok(_) => {}
+            Err(e) if e.is::<Interrupted>() => partial_note(e, self.out_dir),
+            Err(e) => eprintln!("{label}: {e:#}"),
+        }
+    }
+
+    fn top(&mut self, index: &RunIndex, runs: &[(String, &Report)]) -> Result<()> {
+        output::write_files(self.out_dir, &report::top_files(index, runs)?)
+    }
+}
+
 pub fn run(args: SweepArgs) -> Result<i32> {
     let subjects = match command_subjects(&args)? {
         Some(subjects) => subjects,
@@ -276,65 +293,65 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     }
     let (_, stamp) = environment::utc_now();
     let out_dir = output::prepare_out_dir(args.out.as_deref(), &subjects[0].label(), &stamp, args.force)?;
+    for note in devices.iter().filter_map(|(_, n)| n.as_ref()) {
+        eprintln!("note: {note}");
+    }
     if subjects.len() > 1 {
         let (device, note) = devices.into_iter().next().ok_or_else(|| anyhow!("no device"))?;
         return run_variants(&args, &subjects, device, note, &out_dir);
     }
     let subject = &subjects[0];
-    let mut configs = Vec::new();
+    if devices.len() > 1 {
+        return run_devices(&args, subject, &devices, &out_dir);
+    }
+    let (device, note) = devices.into_iter().next().ok_or_else(|| anyhow!("no device"))?;
+    let cfg = sweep_config(&args, subject, device, note);
+    let mut runner = trial_runner(&args, subject, device, &out_dir)?;
+    let mut sink = Lines::new(args.quiet, args.verify_steps, &out_dir);
+    let report = sweep::run(&cfg, runner.as_mut(), &mut sink).inspect_err(|e| partial_note(e, &out_dir))?;
+    print!("{}", table::summary(&report));
+    println!("Wrote {}: {}", out_dir.display(), report::run_file_names(&report));
+    let analysis = report.analysis.as_ref().ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
+    if analysis.max_batch == 0 {
+        return Err(does_not_fit(&report.subject.name(), &cfg, &report.trials, analysis.budget));
+    }
+    Ok(0)
+}
+
+/// Every GPU at once, each in its folder: a data-parallel job on this node
+/// can use the smallest recommendation.
+fn run_devices(
+    args: &SweepArgs,
+    subject: &Subject,
+    devices: &[(Device, Option<String>)],
+    out_dir: &Path,
+) -> Result<i32> {
+    let mut runs = Vec::new();
     for (device, note) in devices.iter().cloned() {
-        if let Some(note) = &note {
-            eprintln!("note: {note}");
-        }
-        let dir = if devices.len() > 1 { out_dir.join(device.to_string().replace(':', "-")) } else { out_dir.clone() };
+        let label = device.to_string().replace(':', "-");
+        let dir = out_dir.join(&label);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let runner = trial_runner(&args, subject, device, &dir)?;
-        configs.push((sweep_config(&args, subject, device, note), runner, dir));
+        let runner = trial_runner(args, subject, device, &dir)?;
+        let sink: Box<dyn Sink + Send> = Box::new(Prefixed { device, quiet: args.quiet, dir });
+        runs.push(DeviceRun { label, config: sweep_config(args, subject, device, note), runner, sink });
     }
-    if configs.len() == 1 {
-        let (cfg, runner, dir) = &mut configs[0];
-        let report = sweep::run(cfg, runner.as_mut(), &mut Lines::new(args.quiet, args.verify_steps, dir))
-            .inspect_err(|e| partial_note(e, &out_dir))?;
-        print!("{}", table::summary(&report));
-        println!("Wrote {}: {}", out_dir.display(), report::run_file_names(&report));
-        let analysis = report.analysis.as_ref().ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
-        if analysis.max_batch == 0 {
-            return Err(does_not_fit(&report.subject.name(), cfg, &report.trials, analysis.budget));
-        }
-        return Ok(0);
-    }
-    // Every GPU at once, one child per device: a data-parallel job on this
-    // node can use the smallest recommendation.
-    let reports: Vec<Result<crate::report::Report>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = configs
-            .iter_mut()
-            .map(|(cfg, runner, dir)| {
-                let mut sink = Prefixed { device: cfg.device, quiet: args.quiet, dir: dir.clone() };
-                let cfg = &*cfg;
-                scope.spawn(move || sweep::run(cfg, runner.as_mut(), &mut sink))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a device's sweep panicked")))).collect()
-    });
+    let results = sweep::variants::run_devices(runs);
     let mut recommended = Vec::new();
-    for ((cfg, _, _), report) in configs.iter().zip(&reports) {
-        match report {
+    for (label, result) in &results {
+        match result {
             Ok(r) => {
                 print!("{}", table::summary(r));
                 recommended.push(r.analysis.as_ref().map_or(0, |a| a.recommended_batch));
             }
             Err(e) => {
-                eprintln!("{}: {e:#}", cfg.device);
+                eprintln!("{label}: {e:#}");
                 recommended.push(0);
             }
         }
     }
-    let runs: Vec<(String, &Report)> = configs
-        .iter()
-        .zip(&reports)
-        .filter_map(|((_, _, dir), r)| Some((folder_name(dir), r.as_ref().ok()?)))
-        .collect();
-    output::write_files(&out_dir, &report::top_files(&index(Layout::Devices, &runs, None, None), &runs)?)?;
+    let done: Vec<(String, &Report)> =
+        results.iter().filter_map(|(label, r)| Some((label.clone(), r.as_ref().ok()?))).collect();
+    output::write_files(out_dir, &report::top_files(&sweep::variants::devices_index(&done), &done)?)?;
     crate::interrupt::check()?;
     let min = recommended.iter().copied().min().unwrap_or(0);
     println!(
@@ -347,10 +364,8 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Several (precision, mode, length, world size) variants on one device,
-/// one after the other, each in its own folder; the combined plan.csv (one
-/// row each) is rewritten after every variant, so finished ones survive a
-/// later failure.
+/// Several variants on one device, one after the other, each in its own
+/// folder (sweep::variants), then the tables across them.
 fn run_variants(
     args: &SweepArgs,
     subjects: &[Subject],
@@ -358,96 +373,46 @@ fn run_variants(
     note: Option<String>,
     out_dir: &Path,
 ) -> Result<i32> {
-    if let Some(note) = &note {
-        eprintln!("note: {note}");
-    }
-    let labels = variant_labels(subjects);
-    let mut interrupted: Option<anyhow::Error> = None;
-    let mut done: Vec<(String, Report)> = Vec::new();
-    let mut failed = Vec::new();
-    for (subject, label) in subjects.iter().zip(&labels) {
-        if !args.quiet {
-            match subject.workload() {
-                None => eprintln!("== {label} =="),
-                Some(w) => eprintln!("== {label}: {} {} {} ==", w.optimizer.name(), w.precision.name(), w.mode.name()),
-            }
-        }
-        let cfg = sweep_config(args, subject, device, note.clone());
-        let dir = out_dir.join(label);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut runner = trial_runner(args, subject, device, &dir)?;
-        let result = sweep::run(&cfg, runner.as_mut(), &mut Lines::new(args.quiet, args.verify_steps, &dir));
-        match result {
-            Ok(report) => {
-                if !args.quiet {
-                    eprint!("{}", table::summary(&report));
-                }
-                done.push((label.clone(), report));
-            }
-            Err(e) if e.is::<Interrupted>() => interrupted = Some(e),
-            Err(e) => {
-                eprintln!("{label}: {e:#}");
-                failed.push(label.clone());
-            }
-        }
-        let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
-        output::write_files(out_dir, &report::top_files(&index(Layout::Variants, &runs, None, None), &runs)?)?;
-        if let Some(e) = interrupted {
-            partial_note(&e, out_dir);
-            return Err(e);
-        }
-    }
-    let runs: Vec<(String, &Report)> = done.iter().map(|(l, r)| (l.clone(), r)).collect();
-    let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
+    let configs: Vec<(String, SweepConfig)> = sweep::variants::labels(subjects)
+        .into_iter()
+        .zip(subjects)
+        .map(|(label, subject)| (label, sweep_config(args, subject, device, note.clone())))
+        .collect();
+    let across = Across {
+        seq_lens: args.seq_lens.is_some(),
+        world_sizes: args.world_sizes.as_ref().is_some_and(|w| w.0.len() > 1),
+    };
+    let run = sweep::variants::run(configs, out_dir, across, &mut Outside { args, device, out_dir })?;
+    let runs = run.runs();
     print!("{}", table::variants(&runs));
-    // The fits across the variants, computed once; run.json keeps them for `vramprobe report`.
-    let seq = args.seq_lens.is_some().then(|| report::seq_summary_of(&reports));
-    if let Some(summary) = &seq {
+    if let Some(summary) = &run.index.seq_lens {
         print!("{}", table::seq_lengths(summary));
     }
-    let mut world = None;
-    if args.world_sizes.as_ref().is_some_and(|w| w.0.len() > 1) {
-        match (args.seq_lens.is_some(), report::world_summary_of(&reports)) {
-            (true, _) => println!("note: the fit across world sizes is made for one sequence length at a time: sweep each length on its own"),
-            (false, Some(summary)) => {
-                print!("{}", table::world_sizes(&summary));
-                world = Some(summary);
-            }
-            (false, None) => println!("note: no world size has a memory line: nothing to fit across world sizes"),
+    match (&run.index.world_sizes, across.world_sizes, across.seq_lens) {
+        (Some(summary), _, _) => {
+            print!("{}", table::world_sizes(summary));
+            println!("Wrote {}: world-sizes.json, plan-world-sizes.csv (predicted rows)", out_dir.display());
         }
-    }
-    output::write_files(out_dir, &report::top_files(&index(Layout::Variants, &runs, seq, world.clone()), &runs)?)?;
-    if world.is_some() {
-        println!("Wrote {}: world-sizes.json, plan-world-sizes.csv (predicted rows)", out_dir.display());
+        (None, true, true) => println!(
+            "note: the fit across world sizes is made for one sequence length at a time: sweep each length on its own"
+        ),
+        (None, true, false) => println!("note: no world size has a memory line: nothing to fit across world sizes"),
+        (None, false, _) => {}
     }
     println!("Wrote {}: plan.csv (one row per variant), index.html and one folder per variant", out_dir.display());
-    for (label, r) in &done {
+    for (label, r) in &run.reports {
         if let Some(m) = r.analysis.as_ref().and_then(|a| unsupported(r, a)) {
             println!("note: {label}: {m}");
         }
     }
-    if !failed.is_empty() {
-        return Err(anyhow!("the sweep failed for: {}", failed.join(", ")));
+    if !run.failed.is_empty() {
+        let labels: Vec<&str> = run.failed.iter().map(|(label, _)| label.as_str()).collect();
+        return Err(anyhow!("the sweep failed for: {}", labels.join(", ")));
     }
-    if done.iter().all(|(_, r)| r.analysis.as_ref().is_none_or(|a| a.max_batch == 0)) {
+    if run.reports.iter().all(|(_, r)| r.analysis.as_ref().is_none_or(|a| a.max_batch == 0)) {
         return Err(anyhow!("no variant has a batch that fits"));
     }
     Ok(0)
-}
-
-/// The index of a sweep's top folder, over the runs done so far.
-fn index(
-    layout: Layout,
-    runs: &[(String, &Report)],
-    seq_lens: Option<crate::analyze::analysis::SeqSummary>,
-    world_sizes: Option<crate::analyze::worldfit::WorldSummary>,
-) -> RunIndex {
-    let folders = runs.iter().map(|(label, _)| label.clone()).collect();
-    RunIndex { schema_version: REPORT_SCHEMA_VERSION, layout, folders, seq_lens, world_sizes }
-}
-
-fn folder_name(dir: &Path) -> String {
-    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// Why a variant has no result, when its trials failed with an error rather than an OOM.

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::analysis::{Analysis, SeqSummary};
 use crate::analyze::note::Note;
 use crate::analyze::why::Why;
-use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
+use crate::analyze::worldfit::WorldSummary;
 use crate::measure::environment::Environment;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
@@ -197,29 +197,6 @@ pub fn top_files(index: &RunIndex, runs: &[(String, &Report)]) -> anyhow::Result
     Ok(files)
 }
 
-/// The fit across world sizes of a `--world-sizes` sweep, from its
-/// variants' reports (each rank's line and the max at each world size).
-pub fn world_summary_of(reports: &[&Report]) -> Option<WorldSummary> {
-    let mut budget = None;
-    let mut multiple_of = 1;
-    let points: Vec<WorldPoint> = reports
-        .iter()
-        .filter_map(|r| {
-            let a = r.analysis.as_ref()?;
-            let fit = a.fit?;
-            budget.get_or_insert(a.budget.budget_bytes);
-            multiple_of = r.multiple_of;
-            Some(WorldPoint {
-                world_size: r.world_size()?,
-                fixed_bytes: fit.fixed_bytes,
-                per_sample_bytes: fit.per_sample_bytes,
-                max_batch: a.max_batch,
-            })
-        })
-        .collect();
-    Some(worldfit::summarize(points, budget?, multiple_of))
-}
-
 /// The files of a `--world-sizes` sweep's fit: `world-sizes.json` and
 /// `plan-world-sizes.csv` (one predicted row per world size not run, from
 /// the largest measured world size's run).
@@ -234,15 +211,4 @@ pub fn world_files(reports: &[&Report], summary: &WorldSummary) -> anyhow::Resul
         ("world-sizes.json", json::to_pretty(summary)?),
         ("plan-world-sizes.csv", csv::to_bytes::<csv::PlanRow>(rows)?),
     ])
-}
-
-/// The fit across lengths of a `--seq-lens` sweep, from its variants' reports.
-pub fn seq_summary_of(reports: &[&Report]) -> SeqSummary {
-    let mut lengths: Vec<(u64, &[TrialResult], &Analysis)> = reports
-        .iter()
-        .filter_map(|r| Some((r.subject.seq_len()? as u64, r.trials.as_slice(), r.analysis.as_ref()?)))
-        .collect();
-    // Shortest first, however the variants were listed or their folders sort.
-    lengths.sort_by_key(|(length, _, _)| *length);
-    crate::analyze::analysis::seq_summary(&lengths)
 }

@@ -6,6 +6,10 @@
 //!
 //! Layer 2: may import `report` (the report type), `analyze`, `measure`, `record`,
 //! `units`, `interrupt`, `error`; never `train`, `bench` or `commands`.
+#[cfg(test)]
+mod tests;
+pub mod variants;
+
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
