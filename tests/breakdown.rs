@@ -7,10 +7,10 @@
 //! written down: each is measured, or follows from the model's shapes.
 use std::path::Path;
 
+use vramprobe::analyze::run::Report;
 use vramprobe::record::breakdown::{Breakdown, Category};
 use vramprobe::record::trial::{Message, Outcome, StartRecord, StepRecord};
 use vramprobe::report::csv::BreakdownRow;
-use vramprobe::report::Report;
 
 use common::vramprobe;
 

@@ -14,6 +14,7 @@ pub mod fastest;
 pub mod fit;
 pub mod note;
 pub mod profile;
+pub mod run;
 pub mod search;
 pub mod seqfit;
 pub mod whatif;

@@ -4,12 +4,12 @@ use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 use crate::analyze::profile;
+use crate::analyze::run::Report;
 use crate::analyze::whatif::{predict_for, GpuPrediction};
 use crate::commands::cli::PlanArgs;
 use crate::error::UsageError;
 use crate::report::csv::{self, gpu_plan_row, PlanRow};
 use crate::report::output::write_atomic;
-use crate::report::Report;
 use crate::units::{format_input, human_bytes};
 
 pub fn run(args: PlanArgs) -> Result<i32> {

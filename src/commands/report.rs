@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 
+use crate::analyze::run::{Layout, Report, RunIndex};
 use crate::commands::cli::{Cli, CompletionsArgs, ReportArgs};
 use crate::error::UsageError;
 use crate::report::output;
-use crate::report::{self, table, Layout, Report, RunIndex};
+use crate::report::{self, table};
 
 fn read_report(path: &Path) -> Result<Report> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -99,7 +100,7 @@ fn read_index(dir: &Path) -> Result<RunIndex> {
         .into());
     }
     Ok(RunIndex {
-        schema_version: report::REPORT_SCHEMA_VERSION,
+        schema_version: crate::analyze::run::REPORT_SCHEMA_VERSION,
         layout: Layout::Variants,
         folders,
         seq_lens: None,

@@ -6,6 +6,7 @@ use anyhow::{anyhow, Context, Result};
 
 use crate::analyze::analysis;
 use crate::analyze::note::Note;
+use crate::analyze::run::{Report, RunIndex};
 use crate::commands::cli::SweepArgs;
 use crate::error::Interrupted;
 use crate::error::UsageError;
@@ -20,7 +21,7 @@ use crate::record::trial::TrialResult;
 use crate::record::trial::{Outcome, StepRecord};
 use crate::report::output;
 use crate::report::progress::Status;
-use crate::report::{self, table, Report, RunIndex};
+use crate::report::{self, table};
 use crate::sweep::variants::{Across, DeviceRun};
 use crate::sweep::{self, BatchChoice, Sink, SweepConfig};
 use crate::units::human_bytes;

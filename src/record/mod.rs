@@ -8,6 +8,7 @@
 //! May import only `units` and `error`.
 pub mod breakdown;
 pub mod device;
+pub mod environment;
 pub mod subject;
 pub mod trial;
 pub mod workload;

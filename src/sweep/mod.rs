@@ -15,6 +15,7 @@ use anyhow::Result;
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
 use crate::analyze::fit::Budget;
 use crate::analyze::note::Note;
+use crate::analyze::run::{Report, RunStatus, REPORT_SCHEMA_VERSION};
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
@@ -25,7 +26,6 @@ use crate::record::device::Device;
 use crate::record::subject::Subject;
 use crate::record::trial::StepRecord;
 use crate::record::trial::TrialResult;
-use crate::report::{Report, RunStatus, REPORT_SCHEMA_VERSION};
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.

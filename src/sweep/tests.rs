@@ -8,13 +8,13 @@ use anyhow::Result;
 use super::variants::{self, Across, Outlet};
 use super::{run, BatchChoice, Sink, SweepConfig};
 use crate::analyze::note::Note;
+use crate::analyze::run::{Report, RunIndex, RunStatus};
 use crate::analyze::search::StrategyKind;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
 use crate::record::trial::{Outcome, StepRecord, TrialResult};
 use crate::record::workload::{OptimizerKind, WorkloadConfig};
-use crate::report::{Report, RunIndex, RunStatus};
 
 const MIB: u64 = 1 << 20;
 

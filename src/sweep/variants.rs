@@ -9,12 +9,12 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, SeqSummary};
+use crate::analyze::run::{Layout, Report, RunIndex, REPORT_SCHEMA_VERSION};
 use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
 use crate::error::Interrupted;
 use crate::measure::runner::TrialRunner;
 use crate::record::subject::Subject;
 use crate::record::trial::TrialResult;
-use crate::report::{Layout, Report, RunIndex, REPORT_SCHEMA_VERSION};
 use crate::units::format_input;
 
 use super::{Sink, SweepConfig};
