@@ -192,3 +192,33 @@ fn malformed_options_of_every_command_are_usage_errors() {
         assert!(stderr.contains(expected), "{args:?}: expected '{expected}' in {stderr}");
     }
 }
+
+#[test]
+fn a_report_of_another_version_or_damaged_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    for (text, expected) in [
+        (r#"{"schema_version": 1, "workload": {}}"#, "report schema version 1, this vramprobe reads version"),
+        (r#"{"schema_version": 2, "status": "complete"}"#, "not a vramprobe report (missing field"),
+        ("{\"schema_version\": 2,", "not a vramprobe report ("),
+        ("[]", "no schema_version"),
+    ] {
+        std::fs::write(&report, text).unwrap();
+        for args in [
+            vec!["report".to_string(), dir.path().display().to_string()],
+            vec![
+                "plan".to_string(),
+                "--from".to_string(),
+                report.display().to_string(),
+                "--gpu".to_string(),
+                "t4".to_string(),
+            ],
+        ] {
+            let out = vramprobe().args(&args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?} {text}: {stderr}");
+            assert!(stderr.contains(expected), "{args:?} {text}: {stderr}");
+            assert_clean(&stderr);
+        }
+    }
+}

@@ -4,7 +4,6 @@ use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 use crate::analyze::profile;
-use crate::analyze::run::Report;
 use crate::analyze::whatif::{predict_for, GpuPrediction};
 use crate::commands::cli::PlanArgs;
 use crate::error::UsageError;
@@ -15,10 +14,7 @@ use crate::units::{format_input, human_bytes};
 pub fn run(args: PlanArgs) -> Result<i32> {
     // The GPU names are checked before the file is read: a typo costs nothing.
     let gpus = profile::resolve_gpus(&args.gpu).map_err(|e| UsageError::new(e.to_string()))?;
-    let bytes =
-        std::fs::read(&args.from).map_err(|e| UsageError::new(format!("{}: cannot read: {e}", args.from.display())))?;
-    let report: Report = serde_json::from_slice(&bytes)
-        .map_err(|e| UsageError::new(format!("{}: not a vramprobe report.json ({e})", args.from.display())))?;
+    let report = crate::report::json::read_report(&args.from)?;
     let analysis = report.analysis.as_ref().ok_or_else(|| {
         UsageError::new(format!("{}: the run has no analysis (it did not finish)", args.from.display()))
     })?;

@@ -12,15 +12,7 @@ use crate::report::output;
 use crate::report::{self, table};
 
 fn read_report(path: &Path) -> Result<Report> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| {
-        UsageError::new(format!(
-            "{}:{}: not a vramprobe report ({e}); it may be from another version or damaged",
-            path.display(),
-            e.line()
-        ))
-        .into()
-    })
+    Ok(report::json::read_report(path)?)
 }
 
 /// The variant folders of a sweep over several variants (or devices), by name.

@@ -9,7 +9,7 @@ use crate::analyze::worldfit::WorldPrediction;
 use crate::record::breakdown::{Category, PeakPhase};
 use crate::record::trial::{Outcome, StepRecord, TrialResult};
 
-use super::Report;
+use crate::analyze::run::Report;
 
 pub use super::plan_file::{PlanRow, PlanStrategy, PLAN_SCHEMA_VERSION};
 

@@ -3,7 +3,7 @@
 //! files: it opens from a file system, an artifact store or an e-mail.
 use super::grid::Rows;
 use super::table;
-use super::Report;
+use crate::analyze::run::Report;
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:1000px;color:#222}\
 table{border-collapse:collapse;margin:0.6em 0 1.4em}\

@@ -1,7 +1,11 @@
-//! `report.json` (the whole run, environment included) and the other JSON outputs.
+//! `report.json` (the whole run, environment included) and the other JSON
+//! outputs, and reading report.json back.
+use std::path::Path;
+
 use serde::Serialize;
 
-use super::Report;
+use crate::analyze::run::{Report, REPORT_SCHEMA_VERSION};
+use crate::error::UsageError;
 
 pub fn report_json(report: &Report) -> anyhow::Result<Vec<u8>> {
     to_pretty(report)
@@ -12,4 +16,23 @@ pub fn to_pretty<T: Serialize>(value: &T) -> anyhow::Result<Vec<u8>> {
     let mut bytes = serde_json::to_vec_pretty(value)?;
     bytes.push(b'\n');
     Ok(bytes)
+}
+
+/// Reads a report.json back: one of this version, or a one-line error that
+/// says which version it is and what to do.
+pub fn read_report(path: &Path) -> Result<Report, UsageError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| UsageError::new(format!("{}: cannot read: {e}", path.display())))?;
+    let bad = |e: serde_json::Error| {
+        UsageError::new(format!("{}:{}: not a vramprobe report ({e}); it may be damaged", path.display(), e.line()))
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(bad)?;
+    match value.get("schema_version").and_then(serde_json::Value::as_u64) {
+        Some(v) if v == u64::from(REPORT_SCHEMA_VERSION) => serde_json::from_value(value).map_err(bad),
+        Some(v) => Err(UsageError::new(format!(
+            "{}: report schema version {v}, this vramprobe reads version {REPORT_SCHEMA_VERSION}: sweep again with it",
+            path.display()
+        ))),
+        None => Err(UsageError::new(format!("{}: not a vramprobe report (no schema_version)", path.display()))),
+    }
 }

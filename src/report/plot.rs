@@ -14,7 +14,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::analyze::analysis::SeqSummary;
 use crate::record::trial::Outcome;
 
-use super::Report;
+use crate::analyze::run::Report;
 
 pub(super) const SIZE: (u32, u32) = (960, 560);
 pub(super) const FONT: &str = "sans-serif";

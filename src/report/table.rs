@@ -6,7 +6,7 @@ use crate::analyze::worldfit::WorldSummary;
 use crate::units::{format_input, human_bytes};
 
 use super::grid::{new_table, render, right_align, Rows};
-use super::Report;
+use crate::analyze::run::Report;
 
 fn opt_bytes(v: Option<u64>) -> String {
     v.map(|b| human_bytes(b as f64)).unwrap_or_else(|| "-".into())

@@ -11,7 +11,7 @@ use crate::record::trial::{Outcome, TrialResult};
 use crate::units::human_bytes;
 
 use super::plot::{chart, plot_err, svg, title_name, ByteUnit, FONT, GREY, SIZE};
-use super::Report;
+use crate::analyze::run::Report;
 
 fn color(c: Category) -> RGBColor {
     match c {

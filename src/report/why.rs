@@ -6,7 +6,7 @@ use crate::record::breakdown::{Breakdown, Category};
 use crate::units::human_bytes;
 
 use super::grid::{self, Rows};
-use super::Report;
+use crate::analyze::run::Report;
 
 /// "in backward at OP (file:line), 12.3 ms into the step".
 pub fn moment(b: &Breakdown) -> String {
