@@ -173,7 +173,7 @@ fn malformed_options_of_every_command_are_usage_errors() {
         ),
         (vec!["check", "--plan", p, "--row", "9"], "--row 9: the plan has 1 row(s)"),
         (vec!["plan", "--from", "/no/such/report.json", "--gpu", "rtx3070"], "/no/such/report.json: cannot read"),
-        (vec!["plan", "--from", p, "--gpu", "rtx3070"], "plan.csv: not a vramprobe report.json"),
+        (vec!["plan", "--from", p, "--gpu", "rtx3070"], "plan.csv:1: not a vramprobe report ("),
         // The GPU is looked up first, whatever the file: the lookup is what fails.
         (vec!["plan", "--from", p, "--gpu", "rtx9999"], "no such GPU profile"),
         (vec!["report", "/no/such/run"], "/no/such/run"),
