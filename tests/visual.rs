@@ -132,7 +132,9 @@ fn report_on_a_folder_that_is_not_a_run_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no report.json") && !stderr.contains("panicked"), "{stderr}");
-    std::fs::write(dir.path().join("report.json"), "{\"schema_version\": 1,\n \"status\": 3}").unwrap();
+    let version = vramprobe::analyze::run::REPORT_SCHEMA_VERSION;
+    std::fs::write(dir.path().join("report.json"), format!("{{\"schema_version\": {version},\n \"status\": 3}}"))
+        .unwrap();
     let out = vramprobe().arg("report").arg(dir.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);

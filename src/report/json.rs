@@ -28,7 +28,8 @@ pub fn read_report(path: &Path) -> Result<Report, UsageError> {
     };
     let value: serde_json::Value = serde_json::from_str(&text).map_err(bad)?;
     match value.get("schema_version").and_then(serde_json::Value::as_u64) {
-        Some(v) if v == u64::from(REPORT_SCHEMA_VERSION) => serde_json::from_value(value).map_err(bad),
+        // From the text again, so that an error names its line.
+        Some(v) if v == u64::from(REPORT_SCHEMA_VERSION) => serde_json::from_str(&text).map_err(bad),
         Some(v) => Err(UsageError::new(format!(
             "{}: report schema version {v}, this vramprobe reads version {REPORT_SCHEMA_VERSION}: sweep again with it",
             path.display()
