@@ -28,6 +28,8 @@ fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
 /// A sweep of the example command; its trials and plan row.
 fn sweep(out: &Path, options: &[&str], command: &[String]) -> (Vec<SweepRow>, PlanRow) {
     let run = vramprobe()
+        // A user's shell: Python buffers the script's prints (the test machine sets this).
+        .env_remove("PYTHONUNBUFFERED")
         .args(["sweep", "--device", "cpu", "--quiet", "--out"])
         .arg(out)
         .args(options)

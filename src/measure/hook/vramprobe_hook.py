@@ -192,7 +192,7 @@ def _on_torch(torch):
     register = getattr(optimizer, "register_optimizer_step_post_hook", None)
     if register is None:
         _end("error", f"torch {torch.__version__} has no optimizer step hook: vramprobe needs torch >= 2.0", 1)
-        os._exit(1)
+        _exit(1)
     register(lambda opt, args, kwargs: step(opt))
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(_at_exit)
@@ -304,7 +304,19 @@ def step(optimizer=None):
         _state["rss"].append(_peak_rss())
     if n >= _steps():
         _finish("fits", None, None)
-        os._exit(0)
+        _exit(0)
+
+
+def _exit(code):
+    """Ends the measured program now (atexit handlers and the rest of the
+    script do not run), keeping what it printed: os._exit drops Python's
+    buffers, and without PYTHONUNBUFFERED a script's prints are still in them."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or replaced stream: nothing to keep
+            pass
+    os._exit(code)
 
 
 def _step_record(n, batch, seconds, allocated, peak, reserved=None, peak_reserved=None):
