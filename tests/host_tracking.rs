@@ -4,8 +4,7 @@ use tch::{Device, Kind, Tensor};
 use vramprobe::measure::meter::MemoryMeter;
 use vramprobe::measure::shim;
 use vramprobe::measure::workload::Workload;
-use vramprobe::record::workload::OptimizerKind;
-use vramprobe::record::workload::WorkloadConfig;
+use vramprobe::record::workload::{OptimizerKind, WorkloadConfig};
 
 /// Sizes from the data types and the architecture, the same on every machine.
 const MATRIX_BYTES: u64 = 1024 * 1024 * 4;

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use vramprobe::record::device::Device;
 use vramprobe::record::trial::{Outcome, TrialResult, TrialSpec, PROTOCOL_VERSION};
-use vramprobe::record::workload::OptimizerKind;
-use vramprobe::record::workload::WorkloadConfig;
+use vramprobe::record::workload::{OptimizerKind, WorkloadConfig};
 
 /// The stand-in's records file: beside the spec the runner names in `$3`.
 const RECORDS: &str = r#""$(dirname "$3")/records.jsonl""#;

@@ -6,8 +6,7 @@ use common::{capacity_for_max, vramprobe};
 use vramprobe::measure::data::Dataset;
 use vramprobe::measure::workload::Workload;
 use vramprobe::record::device::Device;
-use vramprobe::record::workload::OptimizerKind;
-use vramprobe::record::workload::WorkloadConfig;
+use vramprobe::record::workload::{OptimizerKind, WorkloadConfig};
 use vramprobe::report::train_log::{TrainEvent, TrainRow};
 use vramprobe::train::accumulate;
 

@@ -10,8 +10,7 @@ use crate::analyze::note::Note;
 use crate::analyze::search::{Observation, SearchResult, StrategyKind};
 use crate::analyze::seqfit::{self, SeqFit};
 use crate::record::device::Device;
-use crate::record::trial::Outcome;
-use crate::record::trial::TrialResult;
+use crate::record::trial::{Outcome, TrialResult};
 
 /// GPU memory sizes people commonly plan for, in GiB.
 pub const COMMON_GPU_GIB: [u64; 7] = [6, 8, 12, 16, 24, 40, 80];

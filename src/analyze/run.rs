@@ -97,3 +97,10 @@ pub struct RunIndex {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_sizes: Option<WorldSummary>,
 }
+
+impl RunIndex {
+    /// An index of these folders, in this version, with no fits across them yet.
+    pub fn new(layout: Layout, folders: Vec<String>) -> RunIndex {
+        RunIndex { schema_version: REPORT_SCHEMA_VERSION, layout, folders, seq_lens: None, world_sizes: None }
+    }
+}

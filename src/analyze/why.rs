@@ -10,9 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::record::breakdown::{Breakdown, Category, PeakPhase};
 use crate::record::trial::{Outcome, TrialResult};
-use crate::record::workload::OptimizerKind;
-use crate::record::workload::Precision;
-use crate::record::workload::WorkloadConfig;
+use crate::record::workload::{OptimizerKind, Precision, WorkloadConfig};
 
 /// A breakdown at one of the batches the recommendation names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

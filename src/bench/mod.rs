@@ -27,8 +27,7 @@ use crate::analyze::search::{self, synthetic, Observation, Probe, SearchLimits, 
 use crate::measure::runner;
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::trial::TrialSpec;
-use crate::record::workload::OptimizerKind;
-use crate::record::workload::WorkloadConfig;
+use crate::record::workload::{OptimizerKind, WorkloadConfig};
 
 pub const STEPS_PER_TRIAL: u32 = 3;
 const MARGIN: f64 = 0.10;

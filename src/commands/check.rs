@@ -4,19 +4,16 @@
 //! 2 usage error.
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use serde::Serialize;
 
 use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
-use crate::measure::command::{CommandRunner, CommandRuns};
 use crate::measure::device;
-use crate::measure::runner::{BuiltInRunner, TrialRunner};
 use crate::record::device::DeviceRequest;
-use crate::record::subject::{CommandSubject, Subject};
-use crate::record::subject::{Placeholders, UserCommand};
+use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
 use crate::record::trial::{Outcome, TrialResult};
 use crate::report::plan_file;
 use crate::units::{format_input, human_bytes};
@@ -117,7 +114,7 @@ fn target(args: &CheckArgs) -> Result<Target> {
                 .into());
             }
             let at = Placeholders { seq_len: args.workload.seq_len, nproc: args.world_size };
-            let subject = Subject::Command(CommandSubject::new(&command, at));
+            let subject = Subject::Command(CommandSubject::new(command, at));
             Ok(Target { subject, batch, plan_device: None, fit: None })
         }
         (None, Some(_), Some(batch)) => Ok(Target {
@@ -193,21 +190,9 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     }
     let limit = device::capacity_limit(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
-    let steps = args.steps;
     // The trial's folder (spec, records, a command's output), kept only for this check.
     let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
-    let mut runner: Box<dyn TrialRunner> = match &subject {
-        Subject::BuiltIn(w) | Subject::TorchScript(w) => {
-            let exe = std::env::current_exe().context("locating the vramprobe binary to run the check")?;
-            let trials_dir = scratch.clone();
-            Box::new(BuiltInRunner { exe, trials_dir, workload: w.clone(), device, steps, limit, timeout })
-        }
-        Subject::Command(c) => {
-            let runs = CommandRuns::new(c.command(), c.placeholders(), scratch.clone())
-                .context("preparing vramprobe's Python hook")?;
-            Box::new(CommandRunner { runs, device, steps, limit, timeout })
-        }
-    };
+    let mut runner = super::trial_runner(&subject, device, args.steps, limit, timeout, scratch.clone())?;
     let trial = runner.run(1, batch, &mut |_| {})?;
     // A failed trial's folder (a command's output) stays for the user to read.
     if matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {

@@ -6,8 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::analyze::search::StrategyKind;
 use crate::record::device::DeviceRequest;
-use crate::record::workload::OptimizerKind;
-use crate::record::workload::{Mode, Precision};
+use crate::record::workload::{Mode, OptimizerKind, Precision};
 use crate::units;
 
 #[derive(Debug, Parser)]

@@ -27,9 +27,8 @@ pub fn run(args: ExecArgs) -> Result<i32> {
     let entry = plan_file::select(&args.plan, entries, args.row.map(|r| r as usize), None)
         .map_err(|e| UsageError::new(e.to_string()))?;
     let row = entry.row;
-    let own = row.subject(1e-3).and_then(|s| s.command().cloned());
-    let command = match (&args.command[..], &own) {
-        ([], Some(own)) => own.command(),
+    let command = match (&args.command[..], row.command()) {
+        ([], Some(own)) => own.command,
         ([], None) => {
             return Err(UsageError::new(format!(
                 "the plan row is the built-in model {}: give the command to run after --",

@@ -4,8 +4,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde::Serialize;
 
 use crate::commands::cli::ListArgs;
-use crate::measure::device;
-use crate::measure::model;
+use crate::measure::{device, model};
 use crate::units::{format_input, human_bytes};
 
 #[derive(Serialize)]

@@ -16,14 +16,19 @@ mod sweep;
 mod train;
 mod trial;
 
-use anyhow::Result;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 
 use crate::commands::cli::{Cli, Command, SweepArgs, WorkloadArgs};
 use crate::error::UsageError;
+use crate::measure::command::{CommandRunner, CommandRuns};
 use crate::measure::model;
-use crate::record::workload::OptimizerKind;
-use crate::record::workload::WorkloadConfig;
-use crate::record::workload::{Mode, Precision};
+use crate::measure::runner::{BuiltInRunner, TrialRunner};
+use crate::record::device::{CapacityLimit, Device};
+use crate::record::subject::Subject;
+use crate::record::workload::{Mode, OptimizerKind, Precision, WorkloadConfig};
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
@@ -45,6 +50,36 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Report(args) => report::run(args),
         Command::Completions(args) => report::completions(args),
     }
+}
+
+/// What runs the trials of `subject` on `device`: a `vramprobe trial`
+/// child per batch for a built-in or TorchScript model, the user's command
+/// for a command; each trial's folder (spec, records, a command's output)
+/// in `trials_dir`. The sweep's and check's one way to measure.
+fn trial_runner(
+    subject: &Subject,
+    device: Device,
+    steps: u32,
+    limit: CapacityLimit,
+    timeout: Duration,
+    trials_dir: PathBuf,
+) -> Result<Box<dyn TrialRunner + Send>> {
+    Ok(match subject {
+        Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
+            exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
+            trials_dir,
+            workload: w.clone(),
+            device,
+            steps,
+            limit,
+            timeout,
+        }),
+        Subject::Command(c) => {
+            let runs = CommandRuns::new(c.command.clone(), c.placeholders(), trials_dir.clone())
+                .with_context(|| format!("preparing {} and vramprobe's Python hook", trials_dir.display()))?;
+            Box::new(CommandRunner { runs, device, steps, limit, timeout })
+        }
+    })
 }
 
 /// The workload given by `args` (and a `--profile` preset's values, which

@@ -1,6 +1,6 @@
 //! `vramprobe report DIR`: re-renders a saved run (table, plots, HTML) from
 //! its report.json, without measuring; and `vramprobe completions SHELL`.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use clap::CommandFactory;
@@ -8,21 +8,19 @@ use clap::CommandFactory;
 use crate::analyze::run::{Layout, Report, RunIndex};
 use crate::commands::cli::{Cli, CompletionsArgs, ReportArgs};
 use crate::error::UsageError;
-use crate::report::output;
-use crate::report::{self, table};
+use crate::report::{self, output, table};
 
 fn read_report(path: &Path) -> Result<Report> {
     Ok(report::json::read_report(path)?)
 }
 
 /// The variant folders of a sweep over several variants (or devices), by name.
-fn variant_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+fn variant_dirs(dir: &Path) -> Result<Vec<String>> {
     let entries = std::fs::read_dir(dir).map_err(|e| UsageError::new(format!("{}: {e}", dir.display())))?;
-    let mut found: Vec<(String, PathBuf)> = entries
+    let mut found: Vec<String> = entries
         .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.join("report.json").is_file())
-        .map(|p| (p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), p))
+        .filter(|e| e.path().join("report.json").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     found.sort();
     Ok(found)
@@ -83,7 +81,7 @@ fn read_index(dir: &Path) -> Result<RunIndex> {
             UsageError::new(format!("{}:{}: not a vramprobe run.json ({e})", path.display(), e.line())).into()
         });
     }
-    let folders: Vec<String> = variant_dirs(dir)?.into_iter().map(|(label, _)| label).collect();
+    let folders = variant_dirs(dir)?;
     if folders.is_empty() {
         return Err(UsageError::new(format!(
             "{}: no report.json here or in its folders: not a folder written by vramprobe sweep",
@@ -91,13 +89,7 @@ fn read_index(dir: &Path) -> Result<RunIndex> {
         ))
         .into());
     }
-    Ok(RunIndex {
-        schema_version: crate::analyze::run::REPORT_SCHEMA_VERSION,
-        layout: Layout::Variants,
-        folders,
-        seq_lens: None,
-        world_sizes: None,
-    })
+    Ok(RunIndex::new(Layout::Variants, folders))
 }
 
 pub fn completions(args: CompletionsArgs) -> Result<i32> {

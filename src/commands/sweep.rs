@@ -8,20 +8,14 @@ use crate::analyze::analysis;
 use crate::analyze::note::Note;
 use crate::analyze::run::{Report, RunIndex};
 use crate::commands::cli::SweepArgs;
-use crate::error::Interrupted;
-use crate::error::UsageError;
-use crate::measure::command::{CommandRunner, CommandRuns};
-use crate::measure::device;
-use crate::measure::environment;
-use crate::measure::runner::{self, BuiltInRunner, TrialRunner};
+use crate::error::{Interrupted, UsageError};
+use crate::measure::runner::{self, TrialRunner};
+use crate::measure::{device, environment};
 use crate::record::device::{Device, DeviceRequest};
-use crate::record::subject::{CommandSubject, Subject};
-use crate::record::subject::{Placeholders, UserCommand};
-use crate::record::trial::TrialResult;
-use crate::record::trial::{Outcome, StepRecord};
-use crate::report::output;
+use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
+use crate::record::trial::{Outcome, StepRecord, TrialResult};
 use crate::report::progress::Status;
-use crate::report::{self, table};
+use crate::report::{self, output, table};
 use crate::sweep::variants::{Across, DeviceRun};
 use crate::sweep::{self, BatchChoice, Sink, SweepConfig};
 use crate::units::human_bytes;
@@ -94,10 +88,7 @@ impl Sink for Lines {
     }
 }
 
-/// What runs the trials of `subject` on `device`: a `vramprobe trial`
-/// child per batch for a built-in or TorchScript model, the user's command
-/// for a command; each trial's folder (spec, records, a command's output)
-/// under `dir/trials`.
+/// The trial runner of a run whose folder is `dir` (trials in `dir/trials`).
 fn trial_runner(
     args: &SweepArgs,
     subject: &Subject,
@@ -106,24 +97,7 @@ fn trial_runner(
 ) -> Result<Box<dyn TrialRunner + Send>> {
     let limit = device::capacity_limit(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
-    let steps = args.verify_steps;
-    Ok(match subject {
-        Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
-            exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
-            trials_dir: dir.join("trials"),
-            workload: w.clone(),
-            device,
-            steps,
-            limit,
-            timeout,
-        }),
-        Subject::Command(c) => {
-            let trials = dir.join("trials");
-            let runs = CommandRuns::new(c.command(), c.placeholders(), trials.clone())
-                .with_context(|| format!("preparing {} and vramprobe's Python hook", trials.display()))?;
-            Box::new(CommandRunner { runs, device, steps, limit, timeout })
-        }
-    })
+    super::trial_runner(subject, device, args.verify_steps, limit, timeout, dir.join("trials"))
 }
 
 /// A run's files (steps, sweep, plan, report, plots, page) into its folder.
@@ -229,7 +203,7 @@ fn command_subjects(args: &SweepArgs) -> Result<Option<Vec<Subject>>> {
     let mut subjects = Vec::new();
     for &nproc in &world_sizes {
         for &seq_len in &seq_lens {
-            subjects.push(Subject::Command(CommandSubject::new(&command, Placeholders { seq_len, nproc })));
+            subjects.push(Subject::Command(CommandSubject::new(command.clone(), Placeholders { seq_len, nproc })));
         }
     }
     Ok(Some(subjects))

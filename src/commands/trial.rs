@@ -8,10 +8,9 @@ use anyhow::{Context, Result};
 
 use crate::commands::cli::TrialArgs;
 use crate::error::UsageError;
-use crate::measure::device;
-use crate::measure::trial;
+use crate::measure::{device, trial};
 use crate::record::device::{CapacityLimit, DeviceRequest};
-use crate::record::trial::{TrialSpec, PROTOCOL_VERSION};
+use crate::record::trial::{TrialSpec, PROTOCOL_VERSION, RECORDS_FILE};
 
 /// A trial by hand: the one the flags describe.
 fn spec_of(args: &TrialArgs) -> Result<TrialSpec> {
@@ -49,7 +48,7 @@ pub fn run(args: TrialArgs) -> Result<i32> {
     match &args.spec {
         Some(path) => {
             let spec = read_spec(path)?;
-            let records = path.with_file_name("records.jsonl");
+            let records = path.with_file_name(RECORDS_FILE);
             let mut out = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)

@@ -9,11 +9,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::measure::breakdown;
 use crate::measure::failure::StepError;
 use crate::measure::meter::MemoryMeter;
-use crate::measure::shim;
 use crate::measure::workload::Workload;
+use crate::measure::{breakdown, shim};
 use crate::record::device::Device;
 use crate::record::trial::{Message, Outcome, StartRecord, StepRecord, TrialSpec, PROTOCOL_VERSION};
 

@@ -11,8 +11,7 @@ use crate::measure::model::{self, InputKind, Network};
 use crate::measure::optim::Optimizer;
 use crate::measure::shim;
 use crate::record::device::Device;
-use crate::record::workload::WorkloadConfig;
-use crate::record::workload::{AutocastDtype, Mode, Precision};
+use crate::record::workload::{AutocastDtype, Mode, Precision, WorkloadConfig};
 
 /// Seconds spent in each phase of one step.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -26,7 +26,8 @@ pub enum Subject {
 /// The user's command, with what its placeholders became for this run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandSubject {
-    pub argv: Vec<String>,
+    #[serde(flatten)]
+    pub command: UserCommand,
     /// What `{seq_len}` became (`--seq-len(s)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq_len: Option<i64>,
@@ -36,12 +37,8 @@ pub struct CommandSubject {
 }
 
 impl CommandSubject {
-    pub fn new(command: &UserCommand, at: Placeholders) -> CommandSubject {
-        CommandSubject { argv: command.argv.clone(), seq_len: at.seq_len, world_size: at.nproc }
-    }
-
-    pub fn command(&self) -> UserCommand {
-        UserCommand { argv: self.argv.clone() }
+    pub fn new(command: UserCommand, at: Placeholders) -> CommandSubject {
+        CommandSubject { command, seq_len: at.seq_len, world_size: at.nproc }
     }
 
     pub fn placeholders(&self) -> Placeholders {
@@ -97,7 +94,7 @@ impl Subject {
     pub fn name(&self) -> String {
         match self {
             Subject::BuiltIn(w) | Subject::TorchScript(w) => w.model.clone(),
-            Subject::Command(c) => crate::units::shell_line(&c.argv),
+            Subject::Command(c) => c.command.line(),
         }
     }
 
@@ -123,6 +120,7 @@ impl Subject {
         match self {
             Subject::BuiltIn(w) | Subject::TorchScript(w) => label(&w.model),
             Subject::Command(c) => c
+                .command
                 .argv
                 .iter()
                 .find(|a| a.ends_with(".py") || a.ends_with(".sh"))
@@ -271,11 +269,8 @@ mod tests {
 
     #[test]
     fn a_command_serialises_only_what_is_true_of_it() {
-        let s = Subject::Command(CommandSubject {
-            argv: vec!["python".into(), "train.py".into(), "{batch}".into()],
-            seq_len: None,
-            world_size: Some(2),
-        });
+        let command = UserCommand::new(vec!["python".into(), "train.py".into(), "{batch}".into()]).unwrap();
+        let s = Subject::Command(CommandSubject::new(command, Placeholders { seq_len: None, nproc: Some(2) }));
         let json = serde_json::to_value(&s).unwrap();
         let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys, ["argv", "kind", "world_size"]);

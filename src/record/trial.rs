@@ -27,6 +27,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// The trial's spec in its folder.
 pub const SPEC_FILE: &str = "spec.json";
 
+/// The records file of a trial's one measured process (each rank of a
+/// distributed job writes `records-rank-R.jsonl` instead).
+pub const RECORDS_FILE: &str = "records.jsonl";
+
 /// One trial, as the parent asks for it: written once to the trial's
 /// folder, read by the child.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,25 +73,19 @@ pub struct StepRecord {
     pub batch: u64,
     pub step_seconds: f64,
     /// Each phase's seconds, where the child times them (the built-in
-    /// trial); a command's step is one piece.
-    #[serde(default)]
+    /// trial); a command's step is one piece. (A missing `Option` field
+    /// reads as `None`.)
     pub data_seconds: Option<f64>,
-    #[serde(default)]
     pub forward_seconds: Option<f64>,
-    #[serde(default)]
     pub backward_seconds: Option<f64>,
-    #[serde(default)]
     pub optimizer_seconds: Option<f64>,
     pub samples_per_second: f64,
     /// Bytes held at the end of the step (CUDA: allocator; CPU: host tracker).
     pub allocated_bytes: u64,
     /// Highest bytes held at any moment during the step.
     pub peak_allocated_bytes: u64,
-    #[serde(default)]
     pub reserved_bytes: Option<u64>,
-    #[serde(default)]
     pub peak_reserved_bytes: Option<u64>,
-    #[serde(default)]
     pub active_bytes: Option<u64>,
     pub peak_active_bytes: Option<u64>,
     pub inactive_split_bytes: Option<u64>,

@@ -26,10 +26,15 @@ pub fn read_report(path: &Path) -> Result<Report, UsageError> {
     let bad = |e: serde_json::Error| {
         UsageError::new(format!("{}:{}: not a vramprobe report ({e}); it may be damaged", path.display(), e.line()))
     };
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(bad)?;
-    match value.get("schema_version").and_then(serde_json::Value::as_u64) {
-        // From the text again, so that an error names its line.
-        Some(v) if v == u64::from(REPORT_SCHEMA_VERSION) => serde_json::from_str(&text).map_err(bad),
+    // The version first (every other field skipped), then the report of that version.
+    #[derive(Default, serde::Deserialize)]
+    #[serde(default)]
+    struct Version {
+        schema_version: Option<u32>,
+    }
+    let version: Version = serde_json::from_str(&text).map_err(bad)?;
+    match version.schema_version {
+        Some(REPORT_SCHEMA_VERSION) => serde_json::from_str(&text).map_err(bad),
         Some(v) => Err(UsageError::new(format!(
             "{}: report schema version {v}, this vramprobe reads version {REPORT_SCHEMA_VERSION}: sweep again with it",
             path.display()

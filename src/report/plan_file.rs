@@ -12,11 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::analysis::{FitBasis, StrategyName};
 use crate::record::device::{Device, DeviceRequest};
-use crate::record::subject::UserCommand;
-use crate::record::subject::{CommandSubject, Subject, SubjectKind};
-use crate::record::workload::OptimizerKind;
-use crate::record::workload::WorkloadConfig;
-use crate::record::workload::{Mode, Precision};
+use crate::record::subject::{CommandSubject, Placeholders, Subject, SubjectKind, UserCommand};
+use crate::record::workload::{Mode, OptimizerKind, Precision, WorkloadConfig};
 use crate::units;
 
 /// Version of the plan.csv columns; bump it when they change.
@@ -127,6 +124,9 @@ impl PlanRow {
     /// The workload a built-in or TorchScript row was measured with (the
     /// plan does not keep the learning rate: `lr` is the caller's).
     pub fn workload(&self, lr: f64) -> Option<WorkloadConfig> {
+        if self.subject == SubjectKind::Command {
+            return None;
+        }
         Some(WorkloadConfig {
             model: self.model.clone(),
             input: self.input.clone(),
@@ -136,21 +136,23 @@ impl PlanRow {
             precision: self.precision.unwrap_or_default(),
             mode: self.mode.unwrap_or_default(),
         })
-        .filter(|_| self.subject != SubjectKind::Command)
+    }
+
+    /// A command row's command, at the row's sequence length and world size.
+    pub fn command(&self) -> Option<CommandSubject> {
+        if self.subject != SubjectKind::Command {
+            return None;
+        }
+        let at = Placeholders { seq_len: self.input.first().copied(), nproc: self.world_size };
+        Some(CommandSubject::new(UserCommand::from_line(&self.model).ok()?, at))
     }
 
     /// The subject the row was measured with.
     pub fn subject(&self, lr: f64) -> Option<Subject> {
         match self.subject {
-            SubjectKind::Command => {
-                let command = UserCommand::from_line(&self.model).ok()?;
-                Some(Subject::Command(CommandSubject {
-                    argv: command.argv,
-                    seq_len: self.input.first().copied(),
-                    world_size: self.world_size,
-                }))
-            }
-            _ => self.workload(lr).map(Subject::of_workload),
+            SubjectKind::BuiltIn => self.workload(lr).map(Subject::BuiltIn),
+            SubjectKind::TorchScript => self.workload(lr).map(Subject::TorchScript),
+            SubjectKind::Command => self.command().map(Subject::Command),
         }
     }
 }
@@ -595,10 +597,7 @@ mod tests {
         );
         let rows = read_text(&text).unwrap();
         assert_eq!(rows[0].row.subject, SubjectKind::Command);
-        assert_eq!(
-            rows[0].row.subject(1e-3).unwrap().command().unwrap().argv,
-            ["python", "train.py", "--bs", "{batch}"]
-        );
+        assert_eq!(rows[0].row.command().unwrap().command.argv, ["python", "train.py", "--bs", "{batch}"]);
         assert_eq!(rows[1].row.subject, SubjectKind::BuiltIn);
     }
 }

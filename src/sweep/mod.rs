@@ -4,8 +4,9 @@
 //! [`Sink`] after every trial, so what was measured survives a later failure;
 //! the sink, not the sweep, shows progress and writes files.
 //!
-//! Layer 2: may import `report` (the report type), `analyze`, `measure`, `record`,
-//! `units`, `interrupt`, `error`; never `train`, `bench` or `commands`.
+//! Layer 2: may import `analyze` (the run's [`Report`] is built here),
+//! `measure`, `record`, `units`, `interrupt`, `error`; never `report`,
+//! `train`, `bench` or `commands`.
 #[cfg(test)]
 mod tests;
 pub mod variants;
@@ -24,8 +25,7 @@ use crate::measure::environment;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
-use crate::record::trial::StepRecord;
-use crate::record::trial::TrialResult;
+use crate::record::trial::{StepRecord, TrialResult};
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, SeqSummary};
-use crate::analyze::run::{Layout, Report, RunIndex, REPORT_SCHEMA_VERSION};
+use crate::analyze::run::{Layout, Report, RunIndex};
 use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
 use crate::error::Interrupted;
 use crate::measure::runner::TrialRunner;
@@ -77,14 +77,9 @@ pub fn labels(subjects: &[Subject]) -> Vec<String> {
         .collect()
 }
 
-fn index(
-    layout: Layout,
-    runs: &[(String, &Report)],
-    seq_lens: Option<SeqSummary>,
-    world_sizes: Option<WorldSummary>,
-) -> RunIndex {
-    let folders = runs.iter().map(|(label, _)| label.clone()).collect();
-    RunIndex { schema_version: REPORT_SCHEMA_VERSION, layout, folders, seq_lens, world_sizes }
+/// The index of these runs' folders.
+fn index(layout: Layout, runs: &[(String, &Report)]) -> RunIndex {
+    RunIndex::new(layout, runs.iter().map(|(label, _)| label.clone()).collect())
 }
 
 /// Runs the variants one after the other, each in `out_dir/LABEL`; the top
@@ -117,7 +112,7 @@ pub fn run(
             }
         };
         let runs: Vec<(String, &Report)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
-        outlet.top(&index(Layout::Variants, &runs, None, None), &runs)?;
+        outlet.top(&index(Layout::Variants, &runs), &runs)?;
         if let Some(e) = interrupted {
             return Err(e);
         }
@@ -127,7 +122,7 @@ pub fn run(
     // The fits across the variants, once; across world sizes one length at a time.
     let seq = across.seq_lens.then(|| seq_summary(&finished));
     let world = (across.world_sizes && !across.seq_lens).then(|| world_summary(&finished)).flatten();
-    let index = index(Layout::Variants, &runs, seq, world);
+    let index = RunIndex { seq_lens: seq, world_sizes: world, ..index(Layout::Variants, &runs) };
     outlet.top(&index, &runs)?;
     Ok(Run { index, reports, failed })
 }
@@ -162,7 +157,7 @@ pub fn run_devices(runs: Vec<DeviceRun>) -> Vec<(String, Result<Report>)> {
 
 /// The index of a `--device all` sweep's top folder.
 pub fn devices_index(runs: &[(String, &Report)]) -> RunIndex {
-    index(Layout::Devices, runs, None, None)
+    index(Layout::Devices, runs)
 }
 
 /// The fit across lengths of a `--seq-lens` sweep, from its variants' reports.

@@ -310,15 +310,7 @@ impl Reading<'_> {
 
     /// One line from `source`: a record, or a protocol error that fails the trial.
     fn take(&mut self, source: Source, line: &str, on_step: &mut impl FnMut(&StepRecord)) {
-        let message = match serde_json::from_str::<Message>(line) {
-            Ok(Message::Start(start)) if start.schema_version != PROTOCOL_VERSION => Err(format!(
-                "the child speaks trial protocol version {}, this vramprobe version {PROTOCOL_VERSION}",
-                start.schema_version
-            )),
-            Ok(message) => Ok(message),
-            Err(e) => Err(format!("not a trial record ({e})")),
-        };
-        let message = match message {
+        let message = match parse_record(line) {
             Ok(message) => message,
             Err(why) => {
                 let shown: String = line.chars().take(300).collect();
@@ -376,6 +368,18 @@ impl Reading<'_> {
                 self.ranks.end(source, Ended { outcome, message, failed_step })
             }
         }
+    }
+}
+
+/// One line as a record of this protocol, or why it is not one.
+fn parse_record(line: &str) -> Result<Message, String> {
+    match serde_json::from_str::<Message>(line) {
+        Ok(Message::Start(start)) if start.schema_version != PROTOCOL_VERSION => Err(format!(
+            "the child speaks trial protocol version {}, this vramprobe version {PROTOCOL_VERSION}",
+            start.schema_version
+        )),
+        Ok(message) => Ok(message),
+        Err(e) => Err(format!("not a trial record ({e})")),
     }
 }
 

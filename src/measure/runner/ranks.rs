@@ -4,7 +4,7 @@
 //! every one, whether the trial is decided.
 use std::collections::BTreeMap;
 
-use crate::record::trial::{Outcome, StartRecord};
+use crate::record::trial::{Outcome, StartRecord, RECORDS_FILE};
 
 /// Who wrote a record: the one measured process, or a rank of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -17,7 +17,7 @@ impl Source {
     /// The records file this source writes.
     pub fn file_name(self) -> String {
         match self {
-            Source::Main => "records.jsonl".into(),
+            Source::Main => RECORDS_FILE.into(),
             Source::Rank(r) => format!("records-rank-{r}.jsonl"),
         }
     }
@@ -25,7 +25,7 @@ impl Source {
     /// The source of a records file, from the name the hook gives it.
     pub fn of_file(name: &str) -> Option<Source> {
         match name {
-            "records.jsonl" => Some(Source::Main),
+            RECORDS_FILE => Some(Source::Main),
             _ => name.strip_prefix("records-rank-")?.strip_suffix(".jsonl")?.parse().ok().map(Source::Rank),
         }
     }
