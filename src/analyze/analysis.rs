@@ -361,11 +361,15 @@ pub fn budget_for(device: Device, capacity: Option<u64>, margin_fraction: f64, t
 /// How a finished trial counts for the search.
 pub fn observe(trial: &TrialResult, budget: &Budget, basis: FitBasis) -> Observation {
     match trial.outcome {
-        Outcome::Fits => match basis.peak(trial) {
-            Some(peak) if peak <= budget.budget_bytes => Observation::Fits { peak_bytes: peak },
-            peak => Observation::TooBig { peak_bytes: peak },
-        },
-        Outcome::Oom => Observation::TooBig { peak_bytes: None },
+        Outcome::Fits => {
+            let peak = basis.peak(trial);
+            let phases = peak.and_then(|p| Some(trial.phase_peaks()?.scaled_to(p)));
+            match peak {
+                Some(peak) if peak <= budget.budget_bytes => Observation::Fits { peak_bytes: peak, phases },
+                peak => Observation::TooBig { peak_bytes: peak, phases },
+            }
+        }
+        Outcome::Oom => Observation::TooBig { peak_bytes: None, phases: None },
         Outcome::Error | Outcome::Killed | Outcome::Timeout => Observation::Failed {
             message: format!("{}: {}", trial.outcome, trial.message.as_deref().unwrap_or("no message")),
         },
@@ -471,8 +475,8 @@ mod tests {
         let trial = cuda_trial_losing_nvml();
         assert_eq!(trial.steps[1].nvml_used_bytes, None);
         let budget = Budget::new(10_000, 0.1, 500);
-        assert_eq!(observe(&trial, &budget, FitBasis::PeakReserved), Observation::Fits { peak_bytes: 1000 });
+        assert_eq!(observe(&trial, &budget, FitBasis::PeakReserved), Observation::Fits { peak_bytes: 1000, phases: None });
         let tight = Budget::new(1_500, 0.1, 500);
-        assert_eq!(observe(&trial, &tight, FitBasis::PeakReserved), Observation::TooBig { peak_bytes: Some(1000) });
+        assert_eq!(observe(&trial, &tight, FitBasis::PeakReserved), Observation::TooBig { peak_bytes: Some(1000), phases: None });
     }
 }

@@ -29,6 +29,10 @@ pub enum Note {
     RecommendedNotRun { batch: u64, strategy: String },
     /// SIGINT or SIGTERM stopped the sweep.
     Interrupted { signal: String },
+    /// The explain trial: the max batch run again, its peak broken down.
+    Explained { trial: u32, batch: u64 },
+    /// The explain trial at the max batch did not fit when run again.
+    ExplainFailed { trial: u32, batch: u64, outcome: String },
 }
 
 impl fmt::Display for Note {
@@ -65,6 +69,16 @@ impl fmt::Display for Note {
             Note::Interrupted { signal } => {
                 write!(f, "{signal}: the sweep stopped; the trials above are what it measured")
             }
+            Note::Explained { trial, batch } => write!(
+                f,
+                "trial {trial} ran the max batch {batch} again under torch's full memory profile to break its peak \
+                 down (the search's trials measure the peaks only; --breakdown off skips this trial)"
+            ),
+            Note::ExplainFailed { trial, batch, outcome } => write!(
+                f,
+                "trial {trial} ran the max batch {batch} again to break its peak down and it did not fit ({outcome}): \
+                 the job is not repeatable at this batch; treat the max as unproven"
+            ),
         }
     }
 }

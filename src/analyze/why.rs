@@ -82,6 +82,12 @@ pub struct Why {
     /// categories that grow with the batch, not fits.
     #[serde(default)]
     pub per_sample_from_one_trial: bool,
+    /// One trial was broken down (the explain trial) and the others
+    /// measured their peaks by phase: the slope of the peak's phase line,
+    /// fitted over every trial, shared among the categories that grow with
+    /// the batch in the proportions the breakdown measured. A fit, not a bound.
+    #[serde(default)]
+    pub per_sample_split_from_fit: bool,
     pub changes: Vec<Change>,
     /// The phase of each fitting trial's peak, by batch: where the peak
     /// moves (say from the optimizer step to backward), its make-up changes.
@@ -119,6 +125,41 @@ fn batch_dependent(c: Category) -> bool {
 /// the optimizer step to backward, its make-up changes with it), and
 /// whether they rest on one batch only (then bytes / batch, not a fit).
 pub fn per_sample(trials: &[TrialResult], phase: Option<PeakPhase>) -> (Vec<f64>, bool) {
+    per_sample_bounds(trials, phase)
+}
+
+/// The line of the peak's phase (the optimizer step's, or forward and
+/// backward's) over the trials that fit and measured it.
+fn phase_line(trials: &[TrialResult], phase: Option<PeakPhase>) -> Option<LinearFit> {
+    let points: Vec<(u64, u64)> = trials
+        .iter()
+        .filter(|t| t.outcome == Outcome::Fits)
+        .filter_map(|t| {
+            let p = t.phase_peaks()?;
+            Some((t.batch, if phase == Some(PeakPhase::Optimizer) { p.optimizer_bytes } else { p.forward_backward_bytes }))
+        })
+        .collect();
+    let batches: std::collections::BTreeSet<u64> = points.iter().map(|(b, _)| *b).collect();
+    if batches.len() < 2 {
+        return None;
+    }
+    LinearFit::fit(&points).ok()
+}
+
+/// With one breakdown: the phase line's slope, shared among the categories
+/// that grow with the batch by their bytes at the peak.
+fn per_sample_split(top: &Breakdown, line: LinearFit) -> Vec<f64> {
+    let growing: u64 = Category::ALL.iter().filter(|&&c| batch_dependent(c)).map(|&c| top.bytes.get(c)).sum();
+    Category::ALL
+        .iter()
+        .map(|&c| match batch_dependent(c) && growing > 0 {
+            true => line.per_sample_bytes.max(0.0) * top.bytes.get(c) as f64 / growing as f64,
+            false => 0.0,
+        })
+        .collect()
+}
+
+fn per_sample_bounds(trials: &[TrialResult], phase: Option<PeakPhase>) -> (Vec<f64>, bool) {
     let broken: Vec<(u64, &Breakdown)> = trials
         .iter()
         .filter(|t| t.outcome == Outcome::Fits)
@@ -169,7 +210,14 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
     }
     at.extend(at_batch(input.trials, "max", input.max_batch));
     let top = at.last()?.breakdown.clone();
-    let (per_sample_bytes, per_sample_from_one_trial) = per_sample(input.trials, top.phase);
+    let (mut per_sample_bytes, mut per_sample_from_one_trial) = per_sample(input.trials, top.phase);
+    let mut per_sample_split_from_fit = false;
+    if per_sample_from_one_trial {
+        if let Some(line) = phase_line(input.trials, top.phase) {
+            per_sample_bytes = per_sample_split(&top, line);
+            (per_sample_from_one_trial, per_sample_split_from_fit) = (false, true);
+        }
+    }
     let mut changes = Vec::new();
     if let Some(fit) = input.fit {
         let budget = input.budget.budget_bytes;
@@ -271,7 +319,7 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         .filter_map(|t| Some((t.batch, t.peak_breakdown()?.phase?)))
         .collect();
     let stopped_by = stopped_by(input.trials, input.max_batch, input.capped);
-    Some(Why { at, per_sample_bytes, per_sample_from_one_trial, changes, phases, stopped_by })
+    Some(Why { at, per_sample_bytes, per_sample_from_one_trial, per_sample_split_from_fit, changes, phases, stopped_by })
 }
 
 /// What stopped the batch at `max_batch`, when it was not memory: None when

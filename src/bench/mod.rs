@@ -177,8 +177,8 @@ pub struct Measurement {
 impl Measurement {
     fn observation(&self) -> Observation {
         match self.observation.as_str() {
-            "fits" => Observation::Fits { peak_bytes: self.peak_allocated_bytes.unwrap_or(0) },
-            "too_big" => Observation::TooBig { peak_bytes: self.peak_allocated_bytes },
+            "fits" => Observation::Fits { peak_bytes: self.peak_allocated_bytes.unwrap_or(0), phases: None },
+            "too_big" => Observation::TooBig { peak_bytes: self.peak_allocated_bytes, phases: None },
             _ => Observation::Failed { message: "recorded as failed".into() },
         }
     }
@@ -414,8 +414,8 @@ mod tests {
     #[test]
     fn costs_follow_the_model() {
         let probes = vec![
-            Probe { batch: 4, observation: Observation::Fits { peak_bytes: 1 } },
-            Probe { batch: 10, observation: Observation::TooBig { peak_bytes: None } },
+            Probe { batch: 4, observation: Observation::Fits { peak_bytes: 1, phases: None } },
+            Probe { batch: 10, observation: Observation::TooBig { peak_bytes: None, phases: None } },
         ];
         assert_eq!(cost(&probes), (4, 22));
     }

@@ -193,7 +193,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     // The trial's folder (spec, records, a command's output), kept only for this check.
     let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
     let mut runner = super::trial_runner(&subject, device, args.steps, limit, timeout, scratch.clone())?;
-    let trial = runner.run(1, batch, &mut |_| {})?;
+    let trial = runner.run(1, batch, args.breakdown.breakdown_on(), &mut |_| {})?;
     // A failed trial's folder (a command's output) stays for the user to read.
     if matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
         let _ = std::fs::remove_dir_all(&scratch);
@@ -227,6 +227,9 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let Judgement { verdict, headroom_bytes: headroom, mut message } =
         judge(&trial, &what, &budget, peak, max_batch_from_fit);
     let exit_code = verdict.exit_code();
+    if let Some(b) = trial.peak_breakdown() {
+        message.push_str(&format!("\n{}", crate::report::why::one_line(b)));
+    }
     let peaks = trial.rank_peaks();
     if !peaks.is_empty() {
         let each: Vec<String> =

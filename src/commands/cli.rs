@@ -169,6 +169,16 @@ pub struct SweepArgs {
     /// Write into an existing --out folder (its files are replaced).
     #[arg(long)]
     pub force: bool,
+    /// Break the max batch's peak down by category (parameters, gradients,
+    /// optimizer state, activations...) and say why the batch stops there.
+    /// Free for a built-in model; for a command, one extra trial at the max
+    /// under torch's full memory profile. `off` skips it (as do
+    /// --no-breakdown and VRAMPROBE_BREAKDOWN=0).
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "on", num_args = 0..=1, default_missing_value = "on")]
+    pub breakdown: OnOff,
+    /// The same as --breakdown off.
+    #[arg(long, conflicts_with = "breakdown")]
+    pub no_breakdown: bool,
     /// Print only the summary, not a line per trial.
     #[arg(long, short)]
     pub quiet: bool,
@@ -269,6 +279,10 @@ pub struct CheckArgs {
     /// Print the verdict as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Also break the peak down by category (for a command, the trial runs
+    /// under torch's full memory profile, which takes longer).
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "off", num_args = 0..=1, default_missing_value = "on")]
+    pub breakdown: OnOff,
     /// What {nproc} in the command becomes: the number of ranks.
     #[arg(long, value_parser = parse_world_size, requires = "command")]
     pub world_size: Option<u32>,
@@ -276,6 +290,21 @@ pub struct CheckArgs {
     /// size goes (with --batch), e.g. -- python train.py --batch-size {batch}.
     #[arg(last = true, value_name = "COMMAND", conflicts_with_all = ["model", "plan"], requires = "batch")]
     pub command: Vec<String>,
+}
+
+/// A switch given as `--flag on` or `--flag off` (`--flag` alone is on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    /// Whether the switch is on, with `VRAMPROBE_BREAKDOWN=0` turning the
+    /// breakdown off as the older environment switch did.
+    pub fn breakdown_on(self) -> bool {
+        self == OnOff::On && std::env::var("VRAMPROBE_BREAKDOWN").as_deref() != Ok("0")
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -146,6 +146,7 @@ fn sweep_config(args: &SweepArgs, subject: &Subject, device: Device, note: Optio
         multiple_of: args.multiple_of,
         command_line: std::env::args().collect(),
         notes,
+        breakdown: !args.no_breakdown && args.breakdown.breakdown_on(),
     }
 }
 

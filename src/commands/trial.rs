@@ -24,6 +24,8 @@ fn spec_of(args: &TrialArgs) -> Result<TrialSpec> {
     let limit = CapacityLimit { cpu_bytes: args.cpu_limit, cuda_fraction: None };
     Ok(TrialSpec {
         workload: Some(super::workload_config(&args.workload)?),
+        // By hand, the whole record: every step broken down.
+        breakdown: true,
         ..TrialSpec::new(batch, args.steps, device, limit)
     })
 }

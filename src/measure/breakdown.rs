@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use crate::measure::failure::Phase;
 use crate::measure::shim::{LedgerEvent, LedgerLive};
+use crate::record::trial::PhasePeaks;
 use crate::record::breakdown::{Breakdown, Category, CategoryBytes, Method, PeakPhase, TimelinePoint, TIMELINE_POINTS};
 
 /// A ledger phase id's phase in the breakdown.
@@ -161,6 +162,38 @@ pub fn from_ledger(
     }
 }
 
+/// The step's peak on either side of the optimizer step, replayed from the
+/// ledger's log: `optimizer_start` is the log position where the optimizer
+/// step began ([`Marks::backward_end`]). The bytes held at that moment
+/// count for both sides. Cheap (one pass, no classification): every
+/// search trial reports it, where the breakdown is only asked of one.
+pub fn phase_peaks(baseline: &[LedgerLive], events: &[LedgerEvent], optimizer_start: usize) -> PhasePeaks {
+    let mut live: HashMap<u64, i64> = baseline.iter().map(|b| (b.ptr, b.size)).collect();
+    let mut held: i64 = baseline.iter().map(|b| b.size).sum();
+    let (mut before, mut during) = (held, 0i64);
+    for (i, e) in events.iter().enumerate() {
+        if i == optimizer_start {
+            during = held;
+        }
+        if e.size > 0 {
+            live.insert(e.ptr, e.size);
+            held += e.size;
+        } else if let Some(size) = live.remove(&e.ptr) {
+            // A free of something never seen (made before the ledger) moves nothing.
+            held -= size;
+        }
+        if i < optimizer_start {
+            before = before.max(held);
+        } else {
+            during = during.max(held);
+        }
+    }
+    if optimizer_start >= events.len() {
+        during = during.max(held);
+    }
+    PhasePeaks { forward_backward_bytes: before.max(0) as u64, optimizer_bytes: during.max(0) as u64 }
+}
+
 /// At most [`TIMELINE_POINTS`] of `points` (nanoseconds, bytes): the first,
 /// the last, the one at `peak` and each time bucket's highest.
 pub fn downsample(points: &[(i64, CategoryBytes)], peak: usize) -> Vec<TimelinePoint> {
@@ -184,6 +217,19 @@ pub fn downsample(points: &[(i64, CategoryBytes)], peak: usize) -> Vec<TimelineP
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_peak_splits_at_the_optimizer_step() {
+        let (baseline, events, marks) = step();
+        let p = phase_peaks(&baseline, &events, marks.backward_end);
+        let b = from_ledger(&baseline, &events, &marks, 0, |_| None);
+        // The larger side is the step's peak; the optimizer's side starts
+        // from what backward left held.
+        assert_eq!(p.forward_backward_bytes.max(p.optimizer_bytes), b.peak_bytes);
+        let held_after_backward: i64 = baseline.iter().map(|l| l.size).sum::<i64>()
+            + events[..marks.backward_end].iter().map(|e| e.size).sum::<i64>();
+        assert_eq!(p.optimizer_bytes as i64, held_after_backward + 7, "the optimizer's 7 B scratch on top");
+    }
 
     fn ev(ptr: u64, size: i64, phase: Phase) -> LedgerEvent {
         LedgerEvent { ptr, size, ns: 0, op: -1, phase: phase.ledger_id() }

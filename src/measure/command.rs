@@ -80,12 +80,13 @@ impl CommandRuns {
         steps: u32,
         device: Device,
         limit: CapacityLimit,
+        breakdown: bool,
     ) -> std::io::Result<CommandTrial<'_>> {
         let dir = crate::measure::runner::trial_dir(&self.trials_dir, n, batch);
         std::fs::create_dir_all(&dir)?;
         Ok(CommandTrial {
             command: &self.command,
-            spec: TrialSpec::new(batch, steps, device, limit),
+            spec: TrialSpec { breakdown, ..TrialSpec::new(batch, steps, device, limit) },
             at: self.at,
             dir,
             hook_dir: &self.hook_dir,
@@ -108,9 +109,10 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         &mut self,
         trial: u32,
         batch: u64,
+        breakdown: bool,
         on_step: &mut dyn FnMut(&crate::record::trial::StepRecord),
     ) -> anyhow::Result<crate::record::trial::TrialResult> {
-        let kind = self.runs.trial(trial, batch, self.steps, self.device, self.limit).map_err(|e| {
+        let kind = self.runs.trial(trial, batch, self.steps, self.device, self.limit, breakdown).map_err(|e| {
             anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())
         })?;
         Ok(crate::measure::runner::run(&kind, trial, self.timeout, on_step))

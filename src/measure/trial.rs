@@ -88,9 +88,15 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
         };
         meter.read_into(&mut rec);
         let marks = workload.breakdown_marks();
-        let breakdown =
-            breakdown::from_ledger(&baseline, &events, &marks, rec.peak_allocated_bytes, shim::ledger_op_name);
-        rec.breakdown = Some(Box::new(breakdown));
+        // In the meter's units (on CUDA the allocator rounds what the ledger logs).
+        let phases = breakdown::phase_peaks(&baseline, &events, marks.backward_end).scaled_to(rec.peak_allocated_bytes);
+        rec.forward_backward_peak_bytes = Some(phases.forward_backward_bytes);
+        rec.optimizer_peak_bytes = Some(phases.optimizer_bytes);
+        if spec.breakdown {
+            let breakdown =
+                breakdown::from_ledger(&baseline, &events, &marks, rec.peak_allocated_bytes, shim::ledger_op_name);
+            rec.breakdown = Some(Box::new(breakdown));
+        }
         emit(out, &Message::Step(Box::new(rec)))?;
     }
     emit(out, &Message::End { outcome: Outcome::Fits, message: None, failed_step: None })

@@ -22,7 +22,7 @@ use crate::record::workload::WorkloadConfig;
 /// The version of the trial protocol (the spec and the records); bump it
 /// when either changes. The hook writes the same number
 /// (`PROTOCOL_VERSION` in vramprobe_hook.py; a test checks they agree).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The trial's spec in its folder.
 pub const SPEC_FILE: &str = "spec.json";
@@ -46,11 +46,16 @@ pub struct TrialSpec {
     /// What vramprobe trains; absent for a command, which trains itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<WorkloadConfig>,
+    /// Break the peak down by category (the explain trial): a command's
+    /// hook then runs torch's full memory profile. Search trials measure
+    /// only the step peaks by phase, which cost next to nothing.
+    #[serde(default)]
+    pub breakdown: bool,
 }
 
 impl TrialSpec {
     pub fn new(batch: u64, steps: u32, device: Device, limit: CapacityLimit) -> TrialSpec {
-        TrialSpec { schema_version: PROTOCOL_VERSION, batch, steps, device, limit, workload: None }
+        TrialSpec { schema_version: PROTOCOL_VERSION, batch, steps, device, limit, workload: None, breakdown: false }
     }
 }
 
@@ -104,6 +109,12 @@ pub struct StepRecord {
     pub nvml_process_used_bytes: Option<u64>,
     /// CPU only: the trial process's peak resident set size so far.
     pub host_peak_rss_bytes: Option<u64>,
+    /// The step's peak allocated bytes split at the optimizer step: the highest bytes held
+    /// before it (data, forward, backward) and during it. Their larger is
+    /// `peak_allocated_bytes`. The search fits a line to each, since the
+    /// optimizer's peak barely grows with the batch while backward's does.
+    pub forward_backward_peak_bytes: Option<u64>,
+    pub optimizer_peak_bytes: Option<u64>,
     /// What the step's peak is made of, when it was broken down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<Box<Breakdown>>,
@@ -132,6 +143,26 @@ impl StepRecord {
         }
         let rss = self.host_peak_rss_bytes?;
         Some(rss.saturating_sub(self.peak_allocated_bytes))
+    }
+}
+
+/// A trial's peak on either side of the optimizer step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhasePeaks {
+    /// Data, forward and backward: activations, so it grows with the batch.
+    pub forward_backward_bytes: u64,
+    /// The optimizer step: parameters, gradients and state, nearly flat in the batch.
+    pub optimizer_bytes: u64,
+}
+
+impl PhasePeaks {
+    /// The same split in the units of `peak` (a reserved or NVML peak where
+    /// these are allocated bytes): what the larger phase lacks of `peak` is
+    /// added to both, so their larger is `peak` and their gap is kept.
+    pub fn scaled_to(self, peak: u64) -> PhasePeaks {
+        let top = self.forward_backward_bytes.max(self.optimizer_bytes);
+        let shift = |b: u64| (b as i128 + peak as i128 - top as i128).max(0) as u64;
+        PhasePeaks { forward_backward_bytes: shift(self.forward_backward_bytes), optimizer_bytes: shift(self.optimizer_bytes) }
     }
 }
 
@@ -387,6 +418,23 @@ impl TrialResult {
                 b.timeline.clear();
             }
         }
+    }
+
+    /// The highest forward/backward and optimizer-step peaks over the
+    /// trial's steps, when every step split its peak there.
+    pub fn phase_peaks(&self) -> Option<PhasePeaks> {
+        let mut peaks: Option<PhasePeaks> = None;
+        for s in &self.steps {
+            let step = PhasePeaks { forward_backward_bytes: s.forward_backward_peak_bytes?, optimizer_bytes: s.optimizer_peak_bytes? };
+            peaks = Some(match peaks {
+                Some(p) => PhasePeaks {
+                    forward_backward_bytes: p.forward_backward_bytes.max(step.forward_backward_bytes),
+                    optimizer_bytes: p.optimizer_bytes.max(step.optimizer_bytes),
+                },
+                None => step,
+            });
+        }
+        peaks
     }
 
     pub fn peak_reserved_bytes(&self) -> Option<u64> {

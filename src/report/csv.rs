@@ -109,6 +109,10 @@ pub struct SweepRow {
     pub world_size: Option<u32>,
     pub peak_rank: Option<u32>,
     pub rank_spread_bytes: Option<u64>,
+    /// The peak before the optimizer step (data, forward, backward) and
+    /// during it: the two lines the search fits.
+    pub forward_backward_peak_bytes: Option<u64>,
+    pub optimizer_peak_bytes: Option<u64>,
 }
 
 pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
@@ -132,6 +136,8 @@ pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
             world_size: t.world_size,
             peak_rank: t.peak_rank(),
             rank_spread_bytes: t.rank_spread_bytes(),
+            forward_backward_peak_bytes: t.phase_peaks().map(|p| p.forward_backward_bytes),
+            optimizer_peak_bytes: t.phase_peaks().map(|p| p.optimizer_bytes),
         })
         .collect()
 }

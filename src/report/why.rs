@@ -21,6 +21,17 @@ pub fn moment(b: &Breakdown) -> String {
     out
 }
 
+/// One line: the peak's categories (those that hold bytes) and its moment,
+/// for `check --breakdown`.
+pub fn one_line(b: &Breakdown) -> String {
+    let parts: Vec<String> = Category::ALL
+        .iter()
+        .filter(|&&c| b.bytes.get(c) > 0)
+        .map(|&c| format!("{} {}", c.label(), human_bytes(b.bytes.get(c) as f64)))
+        .collect();
+    format!("peak made of: {}; reached {}", parts.join(", "), moment(b))
+}
+
 fn share(bytes: u64, of: u64) -> String {
     format!("{:.1}%", 100.0 * bytes as f64 / of.max(1) as f64)
 }
@@ -63,8 +74,15 @@ pub fn breakdown_rows(w: &Why) -> (String, Rows) {
                 Some(by) => format!("The batch stops at {} short of the memory limit ({by});", max.batch),
                 None => format!("Why the batch stops at {}:", max.batch),
             };
+            let per_sample = match w.per_sample_split_from_fit {
+                true => {
+                    " (per sample: the slope of the peak's phase line over every trial, shared among the \
+                     categories that grow with the batch by their bytes at the peak)"
+                }
+                false => "",
+            };
             format!(
-                "{why} the peak is reached {}; by {}:",
+                "{why} the peak is reached {}; by {}{per_sample}:",
                 moment(&max.breakdown),
                 match max.breakdown.method {
                     crate::record::breakdown::Method::Ledger => "vramprobe's own tensors",

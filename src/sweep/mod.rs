@@ -25,7 +25,7 @@ use crate::measure::environment;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
-use crate::record::trial::{StepRecord, TrialResult};
+use crate::record::trial::{Outcome, StepRecord, TrialResult};
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
@@ -54,6 +54,8 @@ pub struct SweepConfig {
     pub multiple_of: u64,
     pub command_line: Vec<String>,
     pub notes: Vec<Note>,
+    /// Break the max batch's peak down by category (`--breakdown`).
+    pub breakdown: bool,
 }
 
 impl SweepConfig {
@@ -107,12 +109,20 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    fn run_trial(&mut self, batch: u64) -> Result<&TrialResult> {
+    /// Whether every trial can break its peak down at no cost: a built-in's
+    /// ledger logs every allocation anyway. A command's breakdown needs
+    /// torch's full profile, which would multiply each trial's time: only
+    /// the explain trial runs it.
+    fn breakdown_is_free(&self) -> bool {
+        self.cfg.breakdown && !matches!(self.cfg.subject, Subject::Command(_))
+    }
+
+    fn run_trial(&mut self, batch: u64, breakdown: bool) -> Result<&TrialResult> {
         self.stop_if_interrupted()?;
         let trial = self.report.trials.len() as u32 + 1;
         self.sink.trial_started(trial, batch);
         let sink = &mut *self.sink;
-        let result = self.runner.run(trial, batch, &mut |s| sink.step_done(s))?;
+        let result = self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?;
         self.sink.trial_done(&result);
         if self.report.device_name.is_none() {
             self.report.device_name = result.device_name.clone();
@@ -175,7 +185,7 @@ impl Sweep<'_> {
                 Some(o) if o.fits() => return Ok(()),
                 Some(_) => {}
                 None => {
-                    let trial = self.run_trial(rec)?.clone();
+                    let trial = self.run_trial(rec, self.breakdown_is_free())?.clone();
                     if observe(&trial, &budget, basis).fits() {
                         return Ok(());
                     }
@@ -188,6 +198,29 @@ impl Sweep<'_> {
             result.exact = false;
         }
     }
+
+    /// The explain trial: when the max batch's peak is not yet broken down,
+    /// runs that batch once more with the breakdown on. The search needs
+    /// only peaks, so this is the one trial that pays for the full profile.
+    fn explain_max(&mut self, result: &mut SearchResult) -> Result<()> {
+        let (Some(budget), true, max) = (self.budget, self.cfg.breakdown, result.max_batch) else { return Ok(()) };
+        let explained = |t: &TrialResult| t.batch == max && t.outcome == Outcome::Fits && t.peak_breakdown().is_some();
+        if max == 0 || self.report.trials.iter().any(explained) {
+            return Ok(());
+        }
+        let trial = self.run_trial(max, true)?.clone();
+        if observe(&trial, &budget, FitBasis::for_device(self.cfg.device)).fits() {
+            self.report.notes.push(Note::Explained { trial: trial.trial, batch: max });
+        } else {
+            let outcome = match &trial.message {
+                Some(m) => format!("{}: {m}", trial.outcome),
+                None => trial.outcome.to_string(),
+            };
+            self.report.notes.push(Note::ExplainFailed { trial: trial.trial, batch: max, outcome });
+            result.exact = false;
+        }
+        Ok(())
+    }
 }
 
 /// The sweep as the search sees it: every probe is a real trial.
@@ -199,7 +232,7 @@ impl search::Oracle for Sweep<'_> {
     }
 
     fn probe(&mut self, batch: u64) -> Result<Observation> {
-        let trial = self.run_trial(batch)?.clone();
+        let trial = self.run_trial(batch, self.breakdown_is_free())?.clone();
         Ok(self.observation(&trial))
     }
 }
@@ -234,6 +267,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
     };
     let (_, mut result) = search::run(strategy.as_mut(), &mut sweep)?;
     sweep.verify_recommended(&mut result)?;
+    sweep.explain_max(&mut result)?;
 
     let mut report = sweep.report;
     let budget = sweep.budget.unwrap_or_else(|| {

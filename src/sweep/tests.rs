@@ -28,17 +28,20 @@ struct Scripted {
     capacity: u64,
     growth: u64,
     ran: Vec<u64>,
+    /// The batches whose trial was asked for a breakdown.
+    explained: Vec<u64>,
 }
 
 impl Scripted {
     fn new(fixed: u64, per_sample: u64, capacity: u64) -> Scripted {
-        Scripted { fixed, per_sample, capacity, growth: 0, ran: Vec::new() }
+        Scripted { fixed, per_sample, capacity, growth: 0, ran: Vec::new(), explained: Vec::new() }
     }
 }
 
 impl TrialRunner for Scripted {
-    fn run(&mut self, trial: u32, batch: u64, on_step: &mut dyn FnMut(&StepRecord)) -> Result<TrialResult> {
+    fn run(&mut self, trial: u32, batch: u64, breakdown: bool, on_step: &mut dyn FnMut(&StepRecord)) -> Result<TrialResult> {
         self.ran.push(batch);
+        self.explained.extend(breakdown.then_some(batch));
         let mut r = TrialResult::started(trial, batch, None);
         r.device_name = Some("SYNTHETIC".into());
         let peak = self.fixed + self.per_sample * batch;
@@ -116,6 +119,7 @@ fn config(subject: Subject, capacity: u64, multiple_of: u64) -> SweepConfig {
         multiple_of,
         command_line: Vec::new(),
         notes: Vec::new(),
+        breakdown: true,
     }
 }
 

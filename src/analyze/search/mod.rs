@@ -11,14 +11,26 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// What one probe at a batch size showed.
+pub use crate::record::trial::PhasePeaks;
+
+/// What one probe at a batch size showed. `phases` splits the peak at the
+/// optimizer step, when the trial measured it (in the peak's own units:
+/// their larger is `peak_bytes`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Observation {
     /// Every step ran and the peak stayed within the budget.
-    Fits { peak_bytes: u64 },
+    Fits {
+        peak_bytes: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phases: Option<PhasePeaks>,
+    },
     /// Out of memory, or a peak over the budget (`peak_bytes` when known).
-    TooBig { peak_bytes: Option<u64> },
+    TooBig {
+        peak_bytes: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phases: Option<PhasePeaks>,
+    },
     /// Anything else: the search cannot conclude from it.
     Failed { message: String },
 }
@@ -30,8 +42,16 @@ impl Observation {
 
     pub fn peak_bytes(&self) -> Option<u64> {
         match self {
-            Observation::Fits { peak_bytes } => Some(*peak_bytes),
-            Observation::TooBig { peak_bytes } => *peak_bytes,
+            Observation::Fits { peak_bytes, .. } => Some(*peak_bytes),
+            Observation::TooBig { peak_bytes, .. } => *peak_bytes,
+            Observation::Failed { .. } => None,
+        }
+    }
+
+    /// The peak on either side of the optimizer step, when measured.
+    pub fn phases(&self) -> Option<PhasePeaks> {
+        match self {
+            Observation::Fits { phases, .. } | Observation::TooBig { phases, .. } => *phases,
             Observation::Failed { .. } => None,
         }
     }

@@ -94,9 +94,9 @@ impl SyntheticCase {
     pub fn observe(&self, batch: u64) -> Observation {
         let peak = self.curve.peak(batch);
         if peak <= self.budget_bytes {
-            Observation::Fits { peak_bytes: peak }
+            Observation::Fits { peak_bytes: peak, phases: None }
         } else {
-            Observation::TooBig { peak_bytes: Some(peak) }
+            Observation::TooBig { peak_bytes: Some(peak), phases: None }
         }
     }
 }

@@ -121,7 +121,7 @@ fn a_single_noisy_probe_does_not_mislead_the_answer() {
     let case = linear(300);
     // The probe at batch 8 reads 2 GiB high (another process, a stray cache).
     let noisy = |b: u64| match case.observe(b) {
-        Observation::Fits { peak_bytes } if b == 8 => Observation::Fits { peak_bytes: peak_bytes + (2 << 30) },
+        Observation::Fits { peak_bytes, .. } if b == 8 => Observation::Fits { peak_bytes: peak_bytes + (2 << 30), phases: None },
         other => other,
     };
     let mut strategy = build(StrategyKind::Vramprobe);
@@ -208,9 +208,9 @@ fn an_oom_past_a_flat_start_splits_the_bracket_instead_of_crawling() {
     let capacity = 600 * MIB;
     let budget = capacity - capacity / 10;
     let observe = |b: u64| match peak(b) {
-        p if p <= budget => Observation::Fits { peak_bytes: p },
-        p if p <= capacity => Observation::TooBig { peak_bytes: Some(p) },
-        _ => Observation::TooBig { peak_bytes: None },
+        p if p <= budget => Observation::Fits { peak_bytes: p, phases: None },
+        p if p <= capacity => Observation::TooBig { peak_bytes: Some(p), phases: None },
+        _ => Observation::TooBig { peak_bytes: None, phases: None },
     };
     let true_max = (1..).take_while(|&b| peak(b) <= budget).last().unwrap();
     let limits =

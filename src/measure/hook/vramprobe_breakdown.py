@@ -2,8 +2,8 @@
 mode's half of vramprobe's breakdown; src/measure/breakdown.rs has the
 record and the built-in half).
 
-The hook's profiler runs with profile_memory, record_shapes and with_stack,
-so torch.profiler._memory_profiler.MemoryProfile can tell what each tensor
+For the explain trial (the spec's "breakdown") the hook's profiler runs
+with profile_memory, record_shapes and with_stack, so torch.profiler._memory_profiler.MemoryProfile can tell what each tensor
 is (parameter, gradient, optimizer state, activation, temporary, autograd
 detail, input, or unknown). Here the allocations live at the measured peak
 (the allocator's total at one of the profiler's memory events) are summed by
@@ -203,16 +203,18 @@ def breakdown(prof, torch, events, start, end, peak_index, measured_peak, step_s
     }
 
 
-def allocation_events(prof, torch, device, marker):
+def allocation_events(prof, torch, device, markers):
     """The profile's allocation events on `device` ("cpu" or "cuda:N") in
-    time order, and the start times of the ops named `marker`N (the hook's
-    step ends). The tree is read rather than the flat event list, whose
-    Python-tracer names need not decode with with_stack on."""
+    time order, and for each of `markers` the start times of the ops named
+    marker + N (the hook's step ends and optimizer starts). The tree is read
+    rather than the flat event list, whose Python-tracer names need not
+    decode with with_stack on."""
     from torch._C._profiler import _EventType
 
     allocation = _EventType.Allocation
     want = torch.device(device)
-    found, marks, pending = [], [], list(prof.profiler.kineto_results.experimental_event_tree())
+    found, pending = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    marks = {m: [] for m in markers}
     while pending:
         node = pending.pop()
         pending.extend(node.children)
@@ -220,10 +222,13 @@ def allocation_events(prof, torch, device, marker):
             d = node.extra_fields.device
             if d.type == want.type and (want.index is None or d.index == want.index):
                 found.append(node)
-        elif node.tag == _EventType.TorchOp and _name(node).startswith(marker):
-            marks.append(node.start_time_ns)
+        elif node.tag == _EventType.TorchOp:
+            name = _name(node)
+            for m in markers:
+                if name.startswith(m):
+                    marks[m].append(node.start_time_ns)
     found.sort(key=lambda n: n.start_time_ns)
-    return found, sorted(marks)
+    return found, {m: sorted(t) for m, t in marks.items()}
 
 
 if __name__ == "__main__":

@@ -9,10 +9,14 @@ stay inert), it:
   that calls `optimizer.step()` (AMP's `GradScaler.step` too) is measured;
   `vramprobe_hook.step()` marks a step by hand for custom updates or
   inference loops;
-- measures each step's memory: on CUDA the caching allocator's peak and
-  current bytes (reset after each step); on the CPU the exact tensor bytes:
-  the CPU allocator's own total (kept on every thread) at each of the
-  profiler's memory events;
+- measures each step's memory, split at the optimizer step (torch's global
+  step pre-hook) into the forward/backward peak and the optimizer-step
+  peak: on CUDA the caching allocator's peak and current bytes (reset at
+  both hooks); on the CPU the exact tensor bytes: the CPU allocator's own
+  total (kept on every thread) at each of the profiler's memory events
+  (memory events only: no shapes, no stacks);
+- for the explain trial only (the spec's "breakdown"), runs torch's full
+  memory profile to break the peak down by category;
 - reads the trial's spec (batch, steps, device, capacity limit) from
   `spec.json` in the folder the parent names in VRAMPROBE_RECORDS_DIR, and
   writes vramprobe's trial records (JSON lines, the protocol of
@@ -49,12 +53,14 @@ _state = {
     "started": False,
     "cuda_index": None,
     "cuda_peaks": [],
+    # CUDA: the forward/backward peaks (allocated, reserved) read at the optimizer's pre-hook.
+    "before_optimizer": None,
 }
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 # The trial protocol's version: trial.rs's PROTOCOL_VERSION (a test checks they agree).
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 _SPEC = {}
 
@@ -155,7 +161,8 @@ class _TorchFinder:
 
 
 def _breakdown_on():
-    return os.environ.get("VRAMPROBE_BREAKDOWN", "1") != "0"
+    """The explain trial: break the peak down (torch's full memory profile)."""
+    return bool(_spec().get("breakdown", False))
 
 
 def _device():
@@ -194,6 +201,9 @@ def _on_torch(torch):
         _end("error", f"torch {torch.__version__} has no optimizer step hook: vramprobe needs torch >= 2.0", 1)
         _exit(1)
     register(lambda opt, args, kwargs: step(opt))
+    register_pre = getattr(optimizer, "register_optimizer_step_pre_hook", None)
+    if register_pre is not None:
+        register_pre(lambda opt, args, kwargs: _before_optimizer())
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(_at_exit)
     fraction = (_spec().get("limit") or {}).get("cuda_fraction")
@@ -266,6 +276,21 @@ def _mem_total():
     return None
 
 
+def _before_optimizer():
+    """The optimizer step begins: what came before (data, forward, backward)
+    is one side of the step's peak."""
+    if not _state["active"] or _state["done"]:
+        return
+    torch = sys.modules["torch"]
+    if _state["profiler"] is not None:
+        with torch.profiler.record_function(f"vramprobe_optimizer_{_state['steps'] + 1}"):
+            pass
+    if _on_cuda():
+        i = _cuda_index()
+        _state["before_optimizer"] = (torch.cuda.max_memory_allocated(i), torch.cuda.max_memory_reserved(i))
+        torch.cuda.reset_peak_memory_stats(i)
+
+
 def step(optimizer=None):
     """Marks the end of one training step (called by the optimizer hook; call
     it yourself for an update that does not use torch.optim)."""
@@ -288,14 +313,21 @@ def step(optimizer=None):
     if _on_cuda():
         seconds = _state["step_seconds"][-1]
         i = _cuda_index()
+        peak, peak_reserved = torch.cuda.max_memory_allocated(i), torch.cuda.max_memory_reserved(i)
+        before, _state["before_optimizer"] = _state["before_optimizer"], None
+        phases = None
+        if before is not None:
+            phases = (before[0], peak)
+            peak, peak_reserved = max(before[0], peak), max(before[1], peak_reserved)
         record = _step_record(
             n,
             batch,
             seconds,
             torch.cuda.memory_allocated(i),
-            torch.cuda.max_memory_allocated(i),
+            peak,
             torch.cuda.memory_reserved(i),
-            torch.cuda.max_memory_reserved(i),
+            peak_reserved,
+            phases,
         )
         _state["cuda_peaks"].append(record["peak_allocated_bytes"])
         _emit(record)
@@ -319,7 +351,9 @@ def _exit(code):
     os._exit(code)
 
 
-def _step_record(n, batch, seconds, allocated, peak, reserved=None, peak_reserved=None):
+def _step_record(n, batch, seconds, allocated, peak, reserved=None, peak_reserved=None, phases=None):
+    """One step's record; `phases` is its (forward/backward, optimizer)
+    peak split, when the optimizer's pre-hook saw the step."""
     return {
         "kind": "step",
         "step": n,
@@ -328,6 +362,8 @@ def _step_record(n, batch, seconds, allocated, peak, reserved=None, peak_reserve
         "samples_per_second": batch / seconds if seconds > 0 else 0.0,
         "allocated_bytes": allocated,
         "peak_allocated_bytes": peak,
+        "forward_backward_peak_bytes": phases[0] if phases else None,
+        "optimizer_peak_bytes": phases[1] if phases else None,
         "reserved_bytes": reserved,
         "peak_reserved_bytes": peak_reserved,
     }
@@ -349,20 +385,32 @@ def _count_every_thread(torch):
         pass  # an unusual build: the count stays per thread
 
 
-def _profiled_steps(events, marks):
+def _profiled_steps(events, marks, optimizer_marks=()):
     """Each step's slice of the allocation events, split at the step
     markers: (start, end, the event at its peak or None, the bytes held
-    when it began, its peak, when it began in ns)."""
+    when it began, its peak, when it began in ns, its (forward/backward,
+    optimizer) peaks or None when no optimizer marker falls in it)."""
     steps, held, i = [], 0, 0
     began = events[0].start_time_ns if events else 0
     for mark in marks:
         start, peak, peak_index, at_start = i, held, None, held
+        split = next((t for t in optimizer_marks if began < t <= mark), None)
+        before, during = held, None
         while i < len(events) and events[i].start_time_ns <= mark:
+            if split is not None and during is None and events[i].start_time_ns > split:
+                during = held
             held = events[i].extra_fields.total_allocated
             if held > peak:
                 peak, peak_index = held, i
+            if during is None:
+                before = max(before, held)
+            else:
+                during = max(during, held)
             i += 1
-        steps.append((start, i, peak_index, at_start, peak, began))
+        if split is not None and during is None:
+            during = held  # the optimizer step allocated nothing
+        phases = (before, during) if split is not None else None
+        steps.append((start, i, peak_index, at_start, peak, began, phases))
         began = mark
     return steps
 
@@ -376,14 +424,15 @@ def _profile_records(prof):
     device = f"cuda:{_cuda_index()}" if _on_cuda() else "cpu"
     import vramprobe_breakdown
 
-    events, marks = vramprobe_breakdown.allocation_events(prof, torch, device, "vramprobe_step_")
-    steps = _profiled_steps(events, marks)
+    step_mark, optimizer_mark = "vramprobe_step_", "vramprobe_optimizer_"
+    events, marks = vramprobe_breakdown.allocation_events(prof, torch, device, (step_mark, optimizer_mark))
+    steps = _profiled_steps(events, marks[step_mark], marks[optimizer_mark])
     if not _on_cuda():
         batch = _batch()
-        for n, (start, end, _, _, peak, _) in enumerate(steps, start=1):
+        for n, (start, end, _, _, peak, _, phases) in enumerate(steps, start=1):
             held = events[end - 1].extra_fields.total_allocated if end > 0 else 0
             seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
-            record = _step_record(n, batch, seconds, held, peak)
+            record = _step_record(n, batch, seconds, held, peak, phases=phases)
             if n - 1 < len(_state["rss"]):
                 # The process's peak resident memory: with the tensors' peak, what
                 # lies outside PyTorch (the interpreter, libraries).
@@ -397,7 +446,7 @@ def _profile_records(prof):
     if not peaks:
         return
     n = max(range(len(peaks)), key=lambda k: (peaks[k], k))
-    start, end, peak_index, _, _, began = steps[n]
+    start, end, peak_index, _, _, began, _ = steps[n]
     try:
         record = vramprobe_breakdown.breakdown(prof, torch, events, start, end, peak_index, peaks[n], began)
     except Exception as e:  # torch's analysis is private API: never fail the trial for it

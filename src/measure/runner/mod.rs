@@ -81,10 +81,17 @@ impl TrialKind for BuiltIn<'_> {
 /// their own logic can be tested with a scripted runner. The real ones run
 /// a child process: [`BuiltInRunner`] and [`crate::measure::command::CommandRunner`].
 pub trait TrialRunner {
-    /// Runs trial number `trial` at `batch`; `on_step` sees each step as it
-    /// arrives. An error here is vramprobe's own (a folder it cannot
-    /// create), never the trial's: a trial that fails is a result.
-    fn run(&mut self, trial: u32, batch: u64, on_step: &mut dyn FnMut(&StepRecord)) -> anyhow::Result<TrialResult>;
+    /// Runs trial number `trial` at `batch`, its peak broken down by
+    /// category when `breakdown` (the explain trial); `on_step` sees each
+    /// step as it arrives. An error here is vramprobe's own (a folder it
+    /// cannot create), never the trial's: a trial that fails is a result.
+    fn run(
+        &mut self,
+        trial: u32,
+        batch: u64,
+        breakdown: bool,
+        on_step: &mut dyn FnMut(&StepRecord),
+    ) -> anyhow::Result<TrialResult>;
 }
 
 /// A built-in workload's (or a TorchScript file's) trials, each a
@@ -101,9 +108,16 @@ pub struct BuiltInRunner {
 }
 
 impl TrialRunner for BuiltInRunner {
-    fn run(&mut self, trial: u32, batch: u64, on_step: &mut dyn FnMut(&StepRecord)) -> anyhow::Result<TrialResult> {
+    fn run(
+        &mut self,
+        trial: u32,
+        batch: u64,
+        breakdown: bool,
+        on_step: &mut dyn FnMut(&StepRecord),
+    ) -> anyhow::Result<TrialResult> {
         let spec = TrialSpec {
             workload: Some(self.workload.clone()),
+            breakdown,
             ..TrialSpec::new(batch, self.steps, self.device, self.limit)
         };
         let dir = trial_dir(&self.trials_dir, trial, batch);
