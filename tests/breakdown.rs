@@ -54,6 +54,10 @@ fn a_built_in_peak_is_its_categories_to_the_byte() {
         assert_eq!(steps.len(), 3);
         for step in &steps {
             let b = sums_to_the_peak(step);
+            // The peak split at the optimizer step: the side its moment is on is the peak.
+            let (fb, opt) = (step.forward_backward_peak_bytes.unwrap(), step.optimizer_peak_bytes.unwrap());
+            let side = if b.phase.map(|p| p.name()) == Some("optimizer") { opt } else { fb };
+            assert_eq!((fb.max(opt), side), (step.peak_allocated_bytes, step.peak_allocated_bytes), "{b:?}");
             // Every byte is one vramprobe made: nothing is left unexplained.
             assert_eq!(b.unattributed_bytes, 0, "step {}: {b:?}", step.step);
             assert_eq!(b.bytes.get(Category::Parameters), start.parameter_bytes);
@@ -151,7 +155,15 @@ fn a_commands_peak_is_torch_s_own_categories() {
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let report: Report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
-    let t = &report.trials[0];
+    // The search's trial measures peaks only (split at the optimizer step);
+    // one explain trial at the max batch runs torch's full profile.
+    let [search, t] = &report.trials[..] else { panic!("one search trial and one explain trial: {:?}", report.trials) };
+    assert_eq!((search.batch, t.batch), (16, 16));
+    assert!(search.peak_breakdown().is_none(), "a search trial is not broken down");
+    let phases = search.phase_peaks().expect("every step splits its peak at the optimizer step");
+    assert_eq!(phases.forward_backward_bytes.max(phases.optimizer_bytes), search.peak_allocated_bytes().unwrap());
+    assert_eq!(search.peak_allocated_bytes(), t.peak_allocated_bytes(), "the same batch peaks the same");
+    assert!(report.notes.iter().any(|n| n.to_string().contains("again under torch's full memory profile")));
     assert_eq!(t.outcome, Outcome::Fits);
     let (step, b) = t.peak_breakdown_step().expect("the command's peak is broken down");
     assert_eq!(step.peak_allocated_bytes, t.peak_allocated_bytes().unwrap(), "the trial's peak step");
@@ -182,4 +194,23 @@ fn a_built_in_peak_agrees_with_torch_s_profile_of_the_same_step() {
     let (_, steps) = steps_of(&common::trial(&args));
     let last = steps.last().unwrap();
     agrees_with_torch(sums_to_the_peak(last), &torch_profile(&python, 16));
+}
+
+#[test]
+fn breakdown_off_runs_no_explain_trial() {
+    let Some(python) = common::torch_python("breakdown_off_runs_no_explain_trial") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = vramprobe()
+        .args(["sweep", "--device", "cpu", "--quiet", "--batches", "8", "--breakdown", "off", "--out"])
+        .arg(&out)
+        .args(["--", &python, EXAMPLE, "--batch-size", "{batch}"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report: Report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.trials.len(), 1, "no explain trial");
+    assert!(report.trials[0].peak_breakdown().is_none() && report.trials[0].phase_peaks().is_some());
+    let rows: Vec<BreakdownRow> = csv_rows(&out.join("breakdown.csv"));
+    assert!(rows.is_empty());
 }

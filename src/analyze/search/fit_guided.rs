@@ -5,9 +5,89 @@
 //! batch it reports has itself been run. When the readings contradict the
 //! fit by more than the margin, or the line fits poorly, it falls back to
 //! bisection and says so.
+//!
+//! When the trials split their peaks at the optimizer step, memory is
+//! modelled as the larger of two lines ([`Model`]): forward/backward, which
+//! grows with the batch, and the optimizer step, nearly flat. At small
+//! batches the optimizer's flat peak is the step's peak (Adam on small
+//! inputs), and one line through those peaks would slope far too gently.
 use crate::analyze::fit::LinearFit;
 
-use super::{bracket, Observation, Probe, SearchLimits, SearchResult, Step, Strategy};
+use super::{bracket, Observation, PhasePeaks, Probe, SearchLimits, SearchResult, Step, Strategy};
+
+/// The memory model that places probes: one line through the peaks, or the
+/// larger of the forward/backward and optimizer-step lines.
+#[derive(Debug, Clone, Copy)]
+enum Model {
+    One(LinearFit),
+    Two { forward_backward: LinearFit, optimizer: LinearFit },
+}
+
+/// Where a line crosses the budget: `None` when it never does (it does not
+/// grow and starts within the budget).
+fn crossing(line: &LinearFit, budget: u64) -> Option<u64> {
+    match line.max_batch_within(budget) {
+        None if line.fixed_bytes > budget as f64 => Some(0),
+        m => m,
+    }
+}
+
+impl Model {
+    /// The model over the readings: two lines when at least two batches
+    /// measured both phases, else one. Each line is robust to one bad reading.
+    fn fit(probes: &[Probe]) -> Option<Model> {
+        let phased: Vec<(u64, PhasePeaks)> =
+            probes.iter().filter_map(|p| Some((p.batch, p.observation.phases()?))).collect();
+        let batches: std::collections::BTreeSet<u64> = phased.iter().map(|(b, _)| *b).collect();
+        if batches.len() >= 2 {
+            let side = |f: fn(&PhasePeaks) -> u64| {
+                LinearFit::robust(&phased.iter().map(|(b, p)| (*b, f(p))).collect::<Vec<_>>()).ok()
+            };
+            let forward_backward = side(|p| p.forward_backward_bytes)?;
+            let optimizer = side(|p| p.optimizer_bytes)?;
+            return Some(Model::Two { forward_backward, optimizer });
+        }
+        LinearFit::robust(&readings(probes)).ok().filter(|f| f.per_sample_bytes > 0.0).map(Model::One)
+    }
+
+    fn lines(&self) -> Vec<&LinearFit> {
+        match self {
+            Model::One(f) => vec![f],
+            Model::Two { forward_backward, optimizer } => vec![forward_backward, optimizer],
+        }
+    }
+
+    fn predict(&self, batch: u64) -> f64 {
+        self.lines().iter().map(|l| l.predict(batch)).fold(f64::MIN, f64::max)
+    }
+
+    /// The largest batch whose predicted peak stays within the budget: where
+    /// the first line crosses it. `None`: no line grows past it.
+    fn max_batch_within(&self, budget: u64) -> Option<u64> {
+        self.lines().iter().filter_map(|l| crossing(l, budget)).min()
+    }
+
+    /// The line that sets the limit: the first to cross the budget, else
+    /// the one on top at `batch`.
+    fn limiting(&self, budget: u64, batch: u64) -> &LinearFit {
+        let lines = self.lines();
+        let first = lines.iter().filter_map(|l| Some((crossing(l, budget)?, *l))).min_by_key(|(m, _)| *m);
+        match first {
+            Some((_, l)) => l,
+            None => lines.into_iter().max_by(|a, b| a.predict(batch).total_cmp(&b.predict(batch))).unwrap_or(&UNIT),
+        }
+    }
+}
+
+/// A placeholder line, never reached: a model has at least one line.
+const UNIT: LinearFit = LinearFit { fixed_bytes: 0.0, per_sample_bytes: 1.0, r2: 1.0, points: 0 };
+
+/// How far a reading may miss its prediction before it contradicts the
+/// model: the margin, and never less than 2% of the budget (a curve's bend
+/// near small batches misses by a few samples, which refitting absorbs).
+fn tolerance(limits: &SearchLimits) -> f64 {
+    (limits.margin_bytes as f64).max(limits.budget_bytes as f64 / 50.0)
+}
 
 /// The first two probes: cheap, past the smallest batches (where a step's
 /// peak is often elsewhere than in the activations, which bends the curve),
@@ -23,8 +103,8 @@ pub struct FitGuided {
     /// Why the search fell back to bisection, once it has.
     fallback: Option<String>,
     guided: u32,
-    /// The batch last chosen from the fit and the peak the fit predicted there.
-    last_prediction: Option<(u64, f64)>,
+    /// The batch last chosen from the fit and what the model predicted there.
+    last_prediction: Option<(u64, Model)>,
     /// The last bracket width, to notice interpolation that does not converge.
     last_width: Option<u64>,
     /// Bracketed probes in a row that did not halve the bracket.
@@ -39,14 +119,26 @@ impl FitGuided {
         Step::Finish(SearchResult { max_batch, exact, capped: false, fell_back: self.fallback.is_some(), notes })
     }
 
-    /// Checks the last guided probe against what the fit predicted for it.
+    /// Checks the last guided probe against what the model predicted for
+    /// it: a reading contradicts two lines only when it misses both.
     fn contradiction(&self, probes: &[Probe], limits: &SearchLimits) -> Option<String> {
-        let (batch, predicted) = self.last_prediction?;
+        let (batch, model) = self.last_prediction?;
+        let predicted = model.predict(batch);
         let last = probes.last().filter(|p| p.batch == batch)?;
-        let margin = limits.margin_bytes as f64;
+        let margin = tolerance(limits);
+        if let (Model::Two { forward_backward, optimizer }, Some(r)) = (model, last.observation.phases()) {
+            let off_fb = (r.forward_backward_bytes as f64 - forward_backward.predict(batch)).abs();
+            let off_opt = (r.optimizer_bytes as f64 - optimizer.predict(batch)).abs();
+            return (off_fb > margin && off_opt > margin).then(|| {
+                format!(
+                    "the peaks at batch {batch} ({} bytes before the optimizer step, {} in it) missed both lines by more than {margin:.0} bytes",
+                    r.forward_backward_bytes, r.optimizer_bytes
+                )
+            });
+        }
         match last.observation.peak_bytes() {
             Some(r) if (r as f64 - predicted).abs() > margin => Some(format!(
-                "the peak at batch {batch} was {r} bytes where the fit predicted {predicted:.0} (more than the margin apart)"
+                "the peak at batch {batch} was {r} bytes where the fit predicted {predicted:.0} (more than {margin:.0} bytes apart)"
             )),
             // An OOM where the fit left more than the margin free.
             None if !last.observation.fits() && predicted + margin < limits.budget_bytes as f64 => Some(format!(
@@ -68,6 +160,15 @@ impl FitGuided {
 
 fn readings(probes: &[Probe]) -> Vec<(u64, u64)> {
     probes.iter().filter_map(|p| p.observation.peak_bytes().map(|r| (p.batch, r))).collect()
+}
+
+/// The `n` probes with readings at the largest batches up to `hi`.
+fn nearest(probes: &[Probe], hi: u64, n: usize) -> Vec<Probe> {
+    let mut near: Vec<Probe> =
+        probes.iter().filter(|p| p.batch <= hi && p.observation.peak_bytes().is_some()).cloned().collect();
+    near.sort_by_key(|p| std::cmp::Reverse(p.batch));
+    near.truncate(n);
+    near
 }
 
 fn reading_at(probes: &[Probe], batch: u64) -> Option<u64> {
@@ -130,19 +231,26 @@ impl Strategy for FitGuided {
                 self.fallback = Some(format!("no exact answer after {MAX_GUIDED} guided probes"));
             }
         }
-        let fit = LinearFit::robust(&readings(probes)).ok().filter(|f| f.per_sample_bytes > 0.0);
+        let budget = limits.budget_bytes;
+        let model = match (Model::fit(probes), hi) {
+            // Two lines inside a bracket: re-fitted from the readings nearest
+            // the boundary, so a miss there corrects the model where it matters.
+            (Some(Model::Two { .. }), Some(h)) => Model::fit(&nearest(probes, h, 2)).or(Model::fit(probes)),
+            (model, _) => model,
+        };
         if self.fallback.is_none() {
-            if let Some(f) = fit.filter(|f| f.r2 < MIN_R2) {
+            let limiting = model.map(|m| *m.limiting(budget, lo.unwrap_or(1)));
+            if let Some(f) = limiting.filter(|f| f.r2 < MIN_R2) {
                 self.fallback = Some(format!("the memory line fits poorly (r² = {:.4})", f.r2));
             }
         }
-        let budget = limits.budget_bytes;
-        let predicted_max = fit.and_then(|f| f.max_batch_within(budget));
+        let predicted_max = model.and_then(|m| m.max_batch_within(budget));
         // How far (in batches) the line missed the last probe: aim that much
         // past the boundary it draws, so a slightly low line does not crawl.
-        let missed_by = match (fit, self.last_prediction, probes.last().and_then(|p| p.observation.peak_bytes())) {
-            (Some(f), Some((_, predicted)), Some(r)) => {
-                ((predicted - r as f64).abs() / f.per_sample_bytes).floor() as u64
+        // (Two lines are re-fitted near the boundary instead.)
+        let missed_by = match (model, self.last_prediction, probes.last().and_then(|p| p.observation.peak_bytes())) {
+            (Some(Model::One(f)), Some((batch, predicted)), Some(r)) => {
+                ((predicted.predict(batch) - r as f64).abs() / f.per_sample_bytes).floor() as u64
             }
             _ => 0,
         };
@@ -177,7 +285,20 @@ impl Strategy for FitGuided {
                 // crawling down from the failure one batch at a time would
                 // cost a trial per batch, so the bracket is split instead,
                 // geometrically while it spans more than a factor of 4.
-                match chord.or(predicted_max.filter(|&m| m < h)) {
+                // Two lines already know the curve's bend: their crossing first.
+                // When it lands at or past a failure that gave no reading (an
+                // OOM), the lines slope too gently there: aim 10% below the
+                // budget instead, for a reading near the boundary to re-fit from.
+                let below = || model?.max_batch_within(budget - budget / 10).filter(|&m| m > l && m < h);
+                let from_model = match predicted_max.filter(|&m| m < h) {
+                    None if reading_at(probes, h).is_none() && matches!(model, Some(Model::Two { .. })) => below(),
+                    m => m,
+                };
+                let guess = match model {
+                    Some(Model::Two { .. }) if self.fallback.is_none() => from_model.or(chord),
+                    _ => chord.or(from_model),
+                };
+                match guess {
                     Some(m) if self.stalls < 2 => m.max(l + 1 + missed_by),
                     _ if h > 4 * l => ((l as f64 * h as f64).sqrt() as u64).clamp(l + 1, h - 1),
                     _ => l + width / 2,
@@ -193,7 +314,7 @@ impl Strategy for FitGuided {
         };
         let candidate = candidate.clamp(lower, upper);
         self.guided += 1;
-        self.last_prediction = fit.map(|f| (candidate, f.predict(candidate)));
+        self.last_prediction = model.map(|m| (candidate, m));
         Step::Run(candidate)
     }
 }

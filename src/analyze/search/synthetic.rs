@@ -2,7 +2,7 @@
 //! are not measurements: every output that uses them labels them synthetic.
 //! They model what real devices do: a straight line, CUDA allocator rounding,
 //! a cuDNN/cuBLAS workspace that appears from some batch on, and noise.
-use super::Observation;
+use super::{Observation, PhasePeaks};
 
 const MIB: u64 = 1 << 20;
 
@@ -20,6 +20,11 @@ pub enum Curve {
     /// The line plus deterministic noise of up to `fraction` of a sample,
     /// different at every batch.
     Noisy { fixed: u64, per_sample: u64, fraction: f64, seed: u64 },
+    /// A step whose peak is the larger of two lines, each (fixed,
+    /// per_sample), both reported as a trial reports its peaks by phase:
+    /// forward/backward (activations) and the optimizer step (parameters,
+    /// gradients and state, nearly flat).
+    TwoPhase { forward_backward: (u64, u64), optimizer: (u64, u64) },
 }
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -67,6 +72,10 @@ impl Curve {
             Curve::Jump { fixed, per_sample, at, bytes } => {
                 fixed + per_sample * batch + if batch >= at { bytes } else { 0 }
             }
+            Curve::TwoPhase { .. } => {
+                let p = self.phases(batch).unwrap_or(PhasePeaks { forward_backward_bytes: 0, optimizer_bytes: 0 });
+                p.forward_backward_bytes.max(p.optimizer_bytes)
+            }
             Curve::Noisy { fixed, per_sample, fraction, seed } => {
                 let noise = unit_noise(seed, batch) * fraction * per_sample as f64;
                 (fixed as f64 + (per_sample * batch) as f64 + noise) as u64
@@ -76,6 +85,18 @@ impl Curve {
 }
 
 /// A SYNTHETIC search case: a curve and the budget it must stay within.
+impl Curve {
+    /// The peak on either side of the optimizer step, for a two-phase curve.
+    pub fn phases(&self, batch: u64) -> Option<PhasePeaks> {
+        match *self {
+            Curve::TwoPhase { forward_backward: (f1, s1), optimizer: (f2, s2) } => {
+                Some(PhasePeaks { forward_backward_bytes: f1 + s1 * batch, optimizer_bytes: f2 + s2 * batch })
+            }
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyntheticCase {
     pub name: String,
@@ -93,10 +114,11 @@ impl SyntheticCase {
     /// What a probe at `batch` shows.
     pub fn observe(&self, batch: u64) -> Observation {
         let peak = self.curve.peak(batch);
+        let phases = self.curve.phases(batch);
         if peak <= self.budget_bytes {
-            Observation::Fits { peak_bytes: peak, phases: None }
+            Observation::Fits { peak_bytes: peak, phases }
         } else {
-            Observation::TooBig { peak_bytes: Some(peak), phases: None }
+            Observation::TooBig { peak_bytes: Some(peak), phases }
         }
     }
 }
@@ -137,8 +159,31 @@ pub fn suite() -> Vec<SyntheticCase> {
             curve: Curve::Noisy { fixed, per_sample: per, fraction: 0.4, seed: max },
             budget_bytes: budget,
         });
+        cases.extend(two_phase(max, per, budget));
     }
     cases
+}
+
+/// Two-phase curves whose max is `max` (the larger line crosses the budget
+/// half a sample past it), where backward grows by `per` a sample.
+fn two_phase(max: u64, per: u64, budget: u64) -> Vec<SyntheticCase> {
+    let (fixed, _) = line_for(max, per, budget);
+    let case = |name: &str, forward_backward, optimizer| SyntheticCase {
+        name: format!("{name}-{max}"),
+        curve: Curve::TwoPhase { forward_backward, optimizer },
+        budget_bytes: budget,
+    };
+    // Adam on small inputs: the optimizer's flat peak (60% of the budget)
+    // tops the step until backward's line passes it, well above batch 32.
+    let flat_floor = budget / 10 * 6;
+    let flat = case("flat-then-steep", (fixed, per), (flat_floor, per / 200));
+    // Backward on top below max / 2; the optimizer's steeper line (per-sample
+    // buffers in the step) overtakes it there and sets the limit.
+    let overtaken = case("optimizer-overtakes", (fixed + per * max / 4, per / 2), (fixed, per));
+    // The budget just above the optimizer's flat floor: backward crosses it at `max`.
+    let floor = budget - per / 4 - (max + 1) * (per / 1000).max(1);
+    let tight = case("floor-just-below", (fixed, per), (floor.min(budget - 1), (per / 1000).max(1)));
+    vec![flat, overtaken, tight]
 }
 
 #[cfg(test)]

@@ -224,3 +224,97 @@ fn an_oom_past_a_flat_start_splits_the_bracket_instead_of_crawling() {
     assert!(!ooms.windows(2).any(|w| w[1] + 1 == w[0]), "crawled down from an OOM: {batches:?}");
     assert!(probes.len() <= 10, "{} trials: {batches:?}", probes.len());
 }
+
+fn two_phase_cases() -> Vec<SyntheticCase> {
+    suite().into_iter().filter(|c| matches!(c.curve, Curve::TwoPhase { .. })).collect()
+}
+
+#[test]
+fn two_lines_find_a_two_phase_max_in_four_trials_even_without_a_margin() {
+    for case in two_phase_cases() {
+        for margin_bytes in [case.budget_bytes / 9, 0] {
+            let (probes, result) = run(StrategyKind::Vramprobe, &case, SearchLimits { margin_bytes, ..limits(&case) });
+            let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
+            let max = case.true_max();
+            assert_eq!(result.max_batch, max, "{}: {batches:?}", case.name);
+            assert!(result.exact && !result.fell_back, "{}: {result:?}", case.name);
+            // Past the first probes, straight to the max and the batch above it.
+            assert_eq!(&batches[batches.len() - 2..], &[max, max + 1], "{}: {batches:?}", case.name);
+            assert!(batches.len() <= 4, "{}: {batches:?}", case.name);
+        }
+    }
+}
+
+#[test]
+fn the_optimizer_s_flat_peak_misleads_one_line_but_not_two() {
+    // Adam on small inputs: at batches 4 and 32 the step peaks in the
+    // optimizer step, nearly flat; one line through those peaks slopes far
+    // too gently and overshoots, where two lines aim at the max at once.
+    let case = suite().into_iter().find(|c| c.name == "flat-then-steep-300").unwrap();
+    let blind = |b: u64| match case.observe(b) {
+        Observation::Fits { peak_bytes, .. } => Observation::Fits { peak_bytes, phases: None },
+        Observation::TooBig { peak_bytes, .. } => Observation::TooBig { peak_bytes, phases: None },
+        other => other,
+    };
+    let mut one = build(StrategyKind::Vramprobe);
+    let (one_line, found) = drive(one.as_mut(), &limits(&case), blind);
+    assert_eq!(found.max_batch, 300);
+    let first_guess = one_line[2].batch;
+    assert!(first_guess > 2 * 300, "one line through the flat peaks overshoots: {first_guess}");
+    let (two_lines, found) = run(StrategyKind::Vramprobe, &case, limits(&case));
+    assert_eq!((found.max_batch, two_lines[2].batch), (300, 300));
+    assert!(two_lines.len() < one_line.len(), "{} vs {} trials", two_lines.len(), one_line.len());
+}
+
+#[test]
+fn a_bent_backward_line_is_re_predicted_from_the_points_nearest_the_boundary() {
+    // SYNTHETIC: backward's line bends at small batches (a workspace that
+    // stops growing), so the line through 4 and 32 misses; after the miss,
+    // the readings nearest the boundary predict the max.
+    let budget = 20u64 << 30;
+    let per = 40 * MIB;
+    let bent = move |b: u64| {
+        let fb = 2 * (1 << 30) + per * b + if b < 64 { (64 - b) * 8 * MIB } else { 0 };
+        let opt = 9 * (1 << 30) + MIB * b / 16;
+        let phases = Some(PhasePeaks { forward_backward_bytes: fb, optimizer_bytes: opt });
+        let peak = fb.max(opt);
+        if peak <= budget {
+            Observation::Fits { peak_bytes: peak, phases }
+        } else {
+            Observation::TooBig { peak_bytes: Some(peak), phases }
+        }
+    };
+    let truth = (1..).take_while(|&b| bent(b).fits()).last().unwrap();
+    let limits = SearchLimits { budget_bytes: budget, margin_bytes: 0, max_batch: u64::MAX / 4, tolerance: 0 };
+    let mut s = build(StrategyKind::Vramprobe);
+    let (probes, result) = drive(s.as_mut(), &limits, bent);
+    assert_eq!(result.max_batch, truth, "{probes:?}");
+    assert!(result.exact && probes.len() <= 6, "{:?}", probes.iter().map(|p| p.batch).collect::<Vec<_>>());
+}
+
+#[test]
+fn an_oom_past_two_bent_lines_re_aims_below_the_budget_for_a_reading() {
+    // SYNTHETIC, shaped like resnet18 at 64x64 with Adam under an enforced
+    // 800 MiB capacity and no margin (measured on the CPU): the optimizer's
+    // flat peak tops batch 4, backward's line bends a little, so the lines
+    // through 4 and 32 aim past the max; past the capacity a trial dies with
+    // no reading.
+    let capacity = 800 * MIB;
+    let observe = |b: u64| {
+        // Slightly convex (1.66 MiB a sample at first, 1.76 at batch 370), as measured.
+        let fb = 165 * MIB + 1_740_000 * b + 140 * b * b + if b < 32 { (32 - b) * 150_000 } else { 0 };
+        let opt = 188 * MIB + 20_000 * b;
+        let phases = Some(PhasePeaks { forward_backward_bytes: fb, optimizer_bytes: opt });
+        match fb.max(opt) {
+            p if p <= capacity => Observation::Fits { peak_bytes: p, phases },
+            _ => Observation::TooBig { peak_bytes: None, phases: None },
+        }
+    };
+    let truth = (1..).take_while(|&b| observe(b).fits()).last().unwrap();
+    let limits = SearchLimits { budget_bytes: capacity, margin_bytes: 0, max_batch: u64::MAX / 4, tolerance: 0 };
+    let mut s = build(StrategyKind::Vramprobe);
+    let (probes, result) = drive(s.as_mut(), &limits, observe);
+    let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
+    assert_eq!((result.max_batch, result.exact, result.fell_back), (truth, true, false), "{batches:?}");
+    assert!(batches.len() <= 6, "{batches:?}");
+}
