@@ -475,8 +475,14 @@ mod tests {
         let trial = cuda_trial_losing_nvml();
         assert_eq!(trial.steps[1].nvml_used_bytes, None);
         let budget = Budget::new(10_000, 0.1, 500);
-        assert_eq!(observe(&trial, &budget, FitBasis::PeakReserved), Observation::Fits { peak_bytes: 1000, phases: None });
+        assert_eq!(
+            observe(&trial, &budget, FitBasis::PeakReserved),
+            Observation::Fits { peak_bytes: 1000, phases: None }
+        );
         let tight = Budget::new(1_500, 0.1, 500);
-        assert_eq!(observe(&trial, &tight, FitBasis::PeakReserved), Observation::TooBig { peak_bytes: Some(1000), phases: None });
+        assert_eq!(
+            observe(&trial, &tight, FitBasis::PeakReserved),
+            Observation::TooBig { peak_bytes: Some(1000), phases: None }
+        );
     }
 }

@@ -136,7 +136,10 @@ fn phase_line(trials: &[TrialResult], phase: Option<PeakPhase>) -> Option<Linear
         .filter(|t| t.outcome == Outcome::Fits)
         .filter_map(|t| {
             let p = t.phase_peaks()?;
-            Some((t.batch, if phase == Some(PeakPhase::Optimizer) { p.optimizer_bytes } else { p.forward_backward_bytes }))
+            Some((
+                t.batch,
+                if phase == Some(PeakPhase::Optimizer) { p.optimizer_bytes } else { p.forward_backward_bytes },
+            ))
         })
         .collect();
     let batches: std::collections::BTreeSet<u64> = points.iter().map(|(b, _)| *b).collect();
@@ -319,7 +322,15 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         .filter_map(|t| Some((t.batch, t.peak_breakdown()?.phase?)))
         .collect();
     let stopped_by = stopped_by(input.trials, input.max_batch, input.capped);
-    Some(Why { at, per_sample_bytes, per_sample_from_one_trial, per_sample_split_from_fit, changes, phases, stopped_by })
+    Some(Why {
+        at,
+        per_sample_bytes,
+        per_sample_from_one_trial,
+        per_sample_split_from_fit,
+        changes,
+        phases,
+        stopped_by,
+    })
 }
 
 /// What stopped the batch at `max_batch`, when it was not memory: None when

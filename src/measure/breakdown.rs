@@ -15,8 +15,8 @@ use std::collections::HashMap;
 
 use crate::measure::failure::Phase;
 use crate::measure::shim::{LedgerEvent, LedgerLive};
-use crate::record::trial::PhasePeaks;
 use crate::record::breakdown::{Breakdown, Category, CategoryBytes, Method, PeakPhase, TimelinePoint, TIMELINE_POINTS};
+use crate::record::trial::PhasePeaks;
 
 /// A ledger phase id's phase in the breakdown.
 fn phase_label(id: i32) -> Option<PeakPhase> {

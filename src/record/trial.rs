@@ -162,7 +162,10 @@ impl PhasePeaks {
     pub fn scaled_to(self, peak: u64) -> PhasePeaks {
         let top = self.forward_backward_bytes.max(self.optimizer_bytes);
         let shift = |b: u64| (b as i128 + peak as i128 - top as i128).max(0) as u64;
-        PhasePeaks { forward_backward_bytes: shift(self.forward_backward_bytes), optimizer_bytes: shift(self.optimizer_bytes) }
+        PhasePeaks {
+            forward_backward_bytes: shift(self.forward_backward_bytes),
+            optimizer_bytes: shift(self.optimizer_bytes),
+        }
     }
 }
 
@@ -425,7 +428,10 @@ impl TrialResult {
     pub fn phase_peaks(&self) -> Option<PhasePeaks> {
         let mut peaks: Option<PhasePeaks> = None;
         for s in &self.steps {
-            let step = PhasePeaks { forward_backward_bytes: s.forward_backward_peak_bytes?, optimizer_bytes: s.optimizer_peak_bytes? };
+            let step = PhasePeaks {
+                forward_backward_bytes: s.forward_backward_peak_bytes?,
+                optimizer_bytes: s.optimizer_peak_bytes?,
+            };
             peaks = Some(match peaks {
                 Some(p) => PhasePeaks {
                     forward_backward_bytes: p.forward_backward_bytes.max(step.forward_backward_bytes),

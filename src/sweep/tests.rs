@@ -39,7 +39,13 @@ impl Scripted {
 }
 
 impl TrialRunner for Scripted {
-    fn run(&mut self, trial: u32, batch: u64, breakdown: bool, on_step: &mut dyn FnMut(&StepRecord)) -> Result<TrialResult> {
+    fn run(
+        &mut self,
+        trial: u32,
+        batch: u64,
+        breakdown: bool,
+        on_step: &mut dyn FnMut(&StepRecord),
+    ) -> Result<TrialResult> {
         self.ran.push(batch);
         self.explained.extend(breakdown.then_some(batch));
         let mut r = TrialResult::started(trial, batch, None);

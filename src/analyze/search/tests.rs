@@ -121,7 +121,9 @@ fn a_single_noisy_probe_does_not_mislead_the_answer() {
     let case = linear(300);
     // The probe at batch 8 reads 2 GiB high (another process, a stray cache).
     let noisy = |b: u64| match case.observe(b) {
-        Observation::Fits { peak_bytes, .. } if b == 8 => Observation::Fits { peak_bytes: peak_bytes + (2 << 30), phases: None },
+        Observation::Fits { peak_bytes, .. } if b == 8 => {
+            Observation::Fits { peak_bytes: peak_bytes + (2 << 30), phases: None }
+        }
         other => other,
     };
     let mut strategy = build(StrategyKind::Vramprobe);
