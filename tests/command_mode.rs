@@ -78,12 +78,15 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
     let log = std::fs::read_to_string(dir.path().join("run/trials/001-batch-8/output.log")).unwrap();
     assert!(log.contains("step 0 loss"), "{log}");
     hook_records_follow_the_protocol(&dir.path().join("run/trials/001-batch-8"));
+    // The explain trial: the max batch again, its peak broken down.
+    hook_records_follow_the_protocol(&dir.path().join("run/trials/003-batch-16"));
 }
 
 /// The hook's records from a real trial against the protocol's one Rust
 /// definition, read strictly (no unknown field, every required one): a
-/// start in this protocol version first, then the steps, the breakdown of
-/// the peak and the end. The spec the hook read is the parent's.
+/// start in this protocol version first, then the steps (each split at the
+/// optimizer step), the breakdown of the peak when the spec asks for it
+/// (the explain trial) and the end. The spec the hook read is the parent's.
 fn hook_records_follow_the_protocol(trial: &Path) {
     use vramprobe::record::trial::{Message, TrialSpec, PROTOCOL_VERSION};
     let spec: TrialSpec = serde_json::from_slice(&std::fs::read(trial.join("spec.json")).unwrap()).unwrap();
@@ -95,7 +98,11 @@ fn hook_records_follow_the_protocol(trial: &Path) {
     let steps: Vec<_> = messages.iter().filter_map(|m| if let Message::Step(s) = m { Some(s) } else { None }).collect();
     assert_eq!(steps.len() as u32, spec.steps);
     assert!(steps.iter().all(|s| s.batch == spec.batch && s.data_seconds.is_none()), "a command's step is one piece");
-    assert!(messages.iter().any(|m| matches!(m, Message::Breakdown { .. })), "{text}");
+    for s in &steps {
+        let (fb, opt) = (s.forward_backward_peak_bytes.unwrap(), s.optimizer_peak_bytes.unwrap());
+        assert_eq!(fb.max(opt), s.peak_allocated_bytes, "step {}: the larger side is the peak", s.step);
+    }
+    assert_eq!(messages.iter().any(|m| matches!(m, Message::Breakdown { .. })), spec.breakdown, "{text}");
     assert!(matches!(messages.last(), Some(Message::End { .. })), "{text}");
     // The hook says the same version as the Rust side.
     let hook =
@@ -172,7 +179,7 @@ fn dataloader_workers_stay_outside_the_measurement() {
     let Some(python) = python("dataloader_workers_stay_outside_the_measurement") else { return };
     let dir = tempfile::tempdir().unwrap();
     let command = [example(&python), vec!["--workers".into(), "2".into()]].concat();
-    let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "4,8"], &command);
+    let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "4,8", "--breakdown", "off"], &command);
     // Each trial's records came from the training process alone: three
     // steps, numbered once, though two worker processes ran beside it.
     assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{trials:?}");
@@ -376,4 +383,32 @@ fn sigint_mid_command_trial_stops_its_whole_group() {
     assert_eq!(sleepers(), 0, "the command's grandchild survived Ctrl-C");
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["status"], "interrupted");
+}
+
+#[test]
+fn a_trial_forked_from_the_pre_imported_interpreter_measures_what_a_fresh_one_does() {
+    let Some(python) = python("a_trial_forked_from_the_pre_imported_interpreter_measures_what_a_fresh_one_does") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let options = ["--batches", "8,12", "--breakdown", "off"];
+    let (forked, _) = sweep(&dir.path().join("forked"), &options, &example(&python));
+    let (fresh, _) =
+        sweep(&dir.path().join("fresh"), &[&options[..], &["--fresh-process"]].concat(), &example(&python));
+    for (a, b) in forked.iter().zip(&fresh) {
+        assert_eq!(a.outcome, Outcome::Fits);
+        // The same step, to the byte, either way: each a fresh allocator.
+        assert_eq!(
+            (a.peak_allocated_bytes, a.forward_backward_peak_bytes, a.optimizer_peak_bytes),
+            (b.peak_allocated_bytes, b.forward_backward_peak_bytes, b.optimizer_peak_bytes),
+            "batch {}",
+            a.batch
+        );
+    }
+    let notes = |run: &str| std::fs::read_to_string(dir.path().join(run).join("report.json")).unwrap();
+    assert!(notes("forked").contains("forked from one pre-imported Python interpreter"));
+    assert!(notes("fresh").contains("each trial started a fresh Python process (--fresh-process)"));
+    // The script's own prints reach the trial's log from the forked process.
+    let log = std::fs::read_to_string(dir.path().join("forked/trials/001-batch-8/output.log")).unwrap();
+    assert!(log.contains("loss"), "{log}");
 }

@@ -29,6 +29,9 @@ pub enum Note {
     RecommendedNotRun { batch: u64, strategy: String },
     /// SIGINT or SIGTERM stopped the sweep.
     Interrupted { signal: String },
+    /// How the trials started (a command's: fresh processes, or forks of
+    /// one pre-imported interpreter).
+    TrialStart { text: String },
     /// The explain trial: the max batch run again, its peak broken down.
     Explained { trial: u32, batch: u64 },
     /// The explain trial at the max batch did not fit when run again.
@@ -38,7 +41,7 @@ pub enum Note {
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Note::Search { text } | Note::Device { text } => f.write_str(text),
+            Note::Search { text } | Note::Device { text } | Note::TrialStart { text } => f.write_str(text),
             Note::CapacityNotEnforced => f.write_str(
                 "on the CPU, --capacity is judged against each trial's exact tensor peak (the profiler's): \
                  it is not enforced inside your command",

@@ -192,7 +192,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let timeout = Duration::from_secs(args.trial_timeout);
     // The trial's folder (spec, records, a command's output), kept only for this check.
     let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
-    let mut runner = super::trial_runner(&subject, device, args.steps, limit, timeout, scratch.clone())?;
+    let mut runner = super::trial_runner(&subject, device, args.steps, limit, timeout, scratch.clone(), true)?;
     let trial = runner.run(1, batch, args.breakdown.breakdown_on(), &mut |_| {})?;
     // A failed trial's folder (a command's output) stays for the user to read.
     if matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {

@@ -179,6 +179,11 @@ pub struct SweepArgs {
     /// The same as --breakdown off.
     #[arg(long, conflicts_with = "breakdown")]
     pub no_breakdown: bool,
+    /// Start every trial of a `python script.py` command as a fresh
+    /// process, importing everything again, instead of forking it from one
+    /// interpreter that imported torch and the script's imports once.
+    #[arg(long, requires = "command")]
+    pub fresh_process: bool,
     /// Print only the summary, not a line per trial.
     #[arg(long, short)]
     pub quiet: bool,

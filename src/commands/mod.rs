@@ -25,6 +25,7 @@ use crate::commands::cli::{Cli, Command, SweepArgs, WorkloadArgs};
 use crate::error::UsageError;
 use crate::measure::command::{CommandRunner, CommandRuns};
 use crate::measure::model;
+use crate::measure::preimport::TrialStart;
 use crate::measure::runner::{BuiltInRunner, TrialRunner};
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::subject::Subject;
@@ -63,6 +64,7 @@ fn trial_runner(
     limit: CapacityLimit,
     timeout: Duration,
     trials_dir: PathBuf,
+    fresh_process: bool,
 ) -> Result<Box<dyn TrialRunner + Send>> {
     Ok(match subject {
         Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
@@ -77,7 +79,8 @@ fn trial_runner(
         Subject::Command(c) => {
             let runs = CommandRuns::new(c.command.clone(), c.placeholders(), trials_dir.clone())
                 .with_context(|| format!("preparing {} and vramprobe's Python hook", trials_dir.display()))?;
-            Box::new(CommandRunner { runs, device, steps, limit, timeout })
+            let start = TrialStart::new(&c.command.for_batch(1), fresh_process);
+            Box::new(CommandRunner { runs, device, steps, limit, timeout, start })
         }
     })
 }

@@ -97,7 +97,7 @@ fn trial_runner(
 ) -> Result<Box<dyn TrialRunner + Send>> {
     let limit = device::capacity_limit(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
-    super::trial_runner(subject, device, args.verify_steps, limit, timeout, dir.join("trials"))
+    super::trial_runner(subject, device, args.verify_steps, limit, timeout, dir.join("trials"), args.fresh_process)
 }
 
 /// A run's files (steps, sweep, plan, report, plots, page) into its folder.

@@ -8,16 +8,19 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::measure::preimport::{python_path, TrialStart, Zygote};
 use crate::measure::runner::TrialKind;
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::subject::{Placeholders, UserCommand};
 use crate::record::trial::TrialSpec;
 
 /// The hook, embedded in the binary and written to the cache on first use.
-const HOOK_FILES: [(&str, &str); 3] = [
+const HOOK_FILES: [(&str, &str); 5] = [
     ("sitecustomize.py", include_str!("hook/sitecustomize.py")),
     ("vramprobe_hook.py", include_str!("hook/vramprobe_hook.py")),
     ("vramprobe_breakdown.py", include_str!("hook/vramprobe_breakdown.py")),
+    ("vramprobe_zygote.py", include_str!("hook/vramprobe_zygote.py")),
+    ("vramprobe_fork.py", include_str!("hook/vramprobe_fork.py")),
 ];
 
 /// Writes the hook into `cache` (once per version of its text) and returns
@@ -72,36 +75,30 @@ impl CommandRuns {
         Ok(CommandRuns { command, at, trials_dir, hook_dir: install_hook(&cache_dir())? })
     }
 
-    /// Trial `n`, in its own folder `NNN-batch-B`.
-    pub fn trial(
-        &self,
+    /// Trial `n` of `spec`, in its own folder `NNN-batch-B`, forked from
+    /// `zygote` when there is one.
+    pub fn trial<'a>(
+        &'a self,
         n: u32,
-        batch: u64,
-        steps: u32,
-        device: Device,
-        limit: CapacityLimit,
-        breakdown: bool,
-    ) -> std::io::Result<CommandTrial<'_>> {
-        let dir = crate::measure::runner::trial_dir(&self.trials_dir, n, batch);
+        spec: TrialSpec,
+        zygote: Option<&'a Zygote>,
+    ) -> std::io::Result<CommandTrial<'a>> {
+        let dir = crate::measure::runner::trial_dir(&self.trials_dir, n, spec.batch);
         std::fs::create_dir_all(&dir)?;
-        Ok(CommandTrial {
-            command: &self.command,
-            spec: TrialSpec { breakdown, ..TrialSpec::new(batch, steps, device, limit) },
-            at: self.at,
-            dir,
-            hook_dir: &self.hook_dir,
-        })
+        Ok(CommandTrial { command: &self.command, spec, at: self.at, dir, hook_dir: &self.hook_dir, zygote })
     }
 }
 
 /// The command's trials of one run, as the sweep and check run them.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct CommandRunner {
     pub runs: CommandRuns,
     pub device: Device,
     pub steps: u32,
     pub limit: CapacityLimit,
     pub timeout: std::time::Duration,
+    /// A fresh process per trial, or forks of one pre-imported interpreter.
+    pub start: TrialStart,
 }
 
 impl crate::measure::runner::TrialRunner for CommandRunner {
@@ -112,10 +109,22 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         breakdown: bool,
         on_step: &mut dyn FnMut(&crate::record::trial::StepRecord),
     ) -> anyhow::Result<crate::record::trial::TrialResult> {
-        let kind = self.runs.trial(trial, batch, self.steps, self.device, self.limit, breakdown).map_err(|e| {
+        let python = self.runs.command.for_batch(batch).first().cloned().unwrap_or_default();
+        let log = self.runs.trials_dir.join("preimport.log");
+        // The explain trial starts fresh: torch's full profile (shapes and
+        // stacks) started in a process that imported torchvision before
+        // the hook armed corrupts the heap (torch 2.13: "free(): invalid
+        // next size" once the profile is collected), and a fork is one.
+        let zygote = if breakdown { None } else { self.start.zygote(&python, &self.runs.hook_dir, &log) };
+        let spec = TrialSpec { breakdown, ..TrialSpec::new(batch, self.steps, self.device, self.limit) };
+        let kind = self.runs.trial(trial, spec, zygote).map_err(|e| {
             anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())
         })?;
         Ok(crate::measure::runner::run(&kind, trial, self.timeout, on_step))
+    }
+
+    fn how_trials_start(&self) -> Option<String> {
+        self.start.describe()
     }
 }
 
@@ -129,6 +138,8 @@ pub struct CommandTrial<'a> {
     pub dir: PathBuf,
     /// The installed hook (see [`install_hook`]).
     pub hook_dir: &'a Path,
+    /// The pre-imported interpreter to fork the trial from, if any.
+    pub zygote: Option<&'a Zygote>,
 }
 
 impl TrialKind for CommandTrial<'_> {
@@ -143,19 +154,16 @@ impl TrialKind for CommandTrial<'_> {
     fn command(&self) -> Command {
         let batch = self.spec.batch;
         let argv = self.command.for_trial(batch, &self.at);
-        let mut command = Command::new(&argv[0]);
-        command.args(&argv[1..]);
-        let python_path = match std::env::var_os("PYTHONPATH") {
-            Some(old) if !old.is_empty() => {
-                let mut joined = self.hook_dir.as_os_str().to_owned();
-                joined.push(":");
-                joined.push(old);
-                joined
+        let mut command = match self.zygote {
+            Some(z) => z.relay(self.hook_dir, &argv),
+            None => {
+                let mut command = Command::new(&argv[0]);
+                command.args(&argv[1..]);
+                command
             }
-            _ => self.hook_dir.as_os_str().to_owned(),
         };
         command
-            .env("PYTHONPATH", python_path)
+            .env("PYTHONPATH", python_path(self.hook_dir))
             // The hook's one channel: it reads spec.json there and writes its records there.
             .env("VRAMPROBE_RECORDS_DIR", &self.dir)
             // For the user's script, which may want its batch without parsing flags.

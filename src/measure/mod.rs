@@ -2,7 +2,8 @@
 //! device. The parent side that starts a trial child and reads its records
 //! ([`runner`], speaking the protocol of [`crate::record::trial`]), the
 //! built-in child itself ([`trial`]: one [`workload`] step after another),
-//! the user's command as a trial ([`command`], with its Python hook), and
+//! the user's command as a trial ([`command`], with its Python hook, and
+//! the [`preimport`]ed interpreter its trials fork from), and
 //! what a step is made of: [`model`], [`optim`], [`data`], [`device`] (cpu,
 //! cuda, nvml), the [`meter`] that reads them around a step, the C++
 //! [`shim`], the ledger's classification of the peak ([`breakdown`]), the
@@ -28,6 +29,7 @@ pub mod fault;
 pub mod meter;
 pub mod model;
 pub mod optim;
+pub mod preimport;
 pub mod runner;
 pub mod shim;
 pub mod trial;

@@ -400,22 +400,23 @@ impl TrialResult {
         self.peak_breakdown_step().map(|(_, b)| b)
     }
 
-    /// The same, with the step it breaks down.
+    /// The same, with the step it breaks down. A command's explain trial
+    /// breaks down its last step only: when an earlier step peaked higher
+    /// (a first step's warm-up), that one is the breakdown there is.
     pub fn peak_breakdown_step(&self) -> Option<(&StepRecord, &Breakdown)> {
         let peak = self.peak_allocated_bytes()?;
         // The last such step: the steady state, past any first-step warm-up.
-        self.steps
-            .iter()
-            .rev()
-            .filter(|s| s.peak_allocated_bytes == peak)
-            .find_map(|s| s.breakdown.as_deref().map(|b| (s, b)))
+        let broken = || self.steps.iter().rev().filter_map(|s| s.breakdown.as_deref().map(|b| (s, b)));
+        broken()
+            .find(|(s, _)| s.peak_allocated_bytes == peak)
+            .or_else(|| broken().max_by_key(|(s, _)| s.peak_allocated_bytes))
     }
 
     /// Keeps the memory timeline of the peak's step only: the others would
     /// only make the report larger.
     pub fn keep_peak_timeline(&mut self) {
-        let peak = self.peak_allocated_bytes();
-        let keep = self.steps.iter().rposition(|s| Some(s.peak_allocated_bytes) == peak && s.breakdown.is_some());
+        let kept = self.peak_breakdown_step().map(|(s, _)| (s.step, s.rank));
+        let keep = self.steps.iter().rposition(|s| Some((s.step, s.rank)) == kept);
         for (i, s) in self.steps.iter_mut().enumerate() {
             if let (Some(b), false) = (s.breakdown.as_mut(), Some(i) == keep) {
                 b.timeline.clear();

@@ -270,6 +270,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
     sweep.explain_max(&mut result)?;
 
     let mut report = sweep.report;
+    report.notes.extend(sweep.runner.how_trials_start().map(|text| Note::TrialStart { text }));
     let budget = sweep.budget.unwrap_or_else(|| {
         report.notes.push(Note::BudgetUnknown);
         Budget::new(cfg.capacity.unwrap_or(0), cfg.margin_fraction, 0)

@@ -150,13 +150,16 @@ def _downsample(points, peak):
     return [[points[i][0] / 1e6, list(points[i][1])] for i in keep]
 
 
-def breakdown(prof, torch, events, start, end, peak_index, measured_peak, step_start_ns):
+def breakdown(prof, torch, events, start, end, peak_index, measured_peak, step_start_ns, known=None):
     """The breakdown record of one step. `events` are the device's
     allocation events (tree nodes) in time order; the step holds
     events[start:end]; `peak_index` is the event that reaches the measured
     peak (None: the step never rose above what it began with). Each
     allocation takes its tensor's category at the peak's moment, so the
-    timeline's point at the peak is the breakdown."""
+    timeline's point at the peak is the breakdown. `known` ({address:
+    (bytes, category index)}) names tensors made before the profile began
+    (the parameters, gradients and optimizer state of a profile started at
+    the step): the profile saw them made, so it cannot tell what they are."""
     categorize = Categorizer(prof)
     peak_ns = events[peak_index].start_time_ns if peak_index is not None else step_start_ns
     live, sums = {}, [0] * len(_CATEGORIES)
@@ -176,9 +179,18 @@ def breakdown(prof, torch, events, start, end, peak_index, measured_peak, step_s
         s[_OTHER] += max(total - sum(s), 0)
         return s
 
+    for ptr, (size, c) in (known or {}).items():
+        live[ptr] = (size, c)
+        sums[c] += size
     for node in events[:start]:
         apply(node.extra_fields)
-    held = events[start - 1].extra_fields.total_allocated if start > 0 else sum(sums)
+    if start > 0:
+        held = events[start - 1].extra_fields.total_allocated
+    elif events:
+        # The allocator's total just before the profile's first event.
+        held = events[0].extra_fields.total_allocated - events[0].extra_fields.alloc_size
+    else:
+        held = sum(sums)
     points, peak_point, at_peak = [(0, point(held))], 0, list(sums)
     for i in range(start, end):
         f = events[i].extra_fields

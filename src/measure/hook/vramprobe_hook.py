@@ -55,6 +55,10 @@ _state = {
     "cuda_peaks": [],
     # CUDA: the forward/backward peaks (allocated, reserved) read at the optimizer's pre-hook.
     "before_optimizer": None,
+    # The running profiler: the full one (shapes, stacks) for the explain trial's last step.
+    "detailed": False,
+    "first_profiled_step": 1,
+    "optimizers": [],
 }
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
@@ -211,19 +215,67 @@ def _on_torch(torch):
         # --capacity: the caching allocator may hold no more than this share
         # (PYTORCH_CUDA_ALLOC_CONF says the same to a torch that reads it).
         torch.cuda.set_per_process_memory_fraction(float(fraction), _cuda_index())
-    if not _on_cuda() or _breakdown_on():
-        from torch.profiler import ProfilerActivity, profile
-
-        if not _on_cuda():
-            _count_every_thread(torch)
-        # The memory profile (the peak's breakdown) needs shapes and stacks too.
-        detail = {"record_shapes": True, "with_stack": True} if _breakdown_on() else {}
-        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, **detail)
-        prof.__enter__()
-        _state["profiler"] = prof
+    if not _on_cuda():
+        _count_every_thread(torch)
+        # The CPU's step peaks: memory events only (no shapes, no stacks: cheap).
+        _start_profiler(detailed=False)
     _state["last"] = time.perf_counter()
     # The device now; the parameters once the first step shows the optimizer.
     _start(torch, None)
+
+
+def _start_profiler(detailed):
+    """Starts torch's profiler with memory events; `detailed` adds the
+    shapes and stacks torch's memory profile needs to tell what each tensor is."""
+    from torch.profiler import ProfilerActivity, profile
+
+    extra = {"record_shapes": True, "with_stack": True} if detailed else {}
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, **extra)
+    prof.__enter__()
+    _state["profiler"], _state["detailed"] = prof, detailed
+    _state["first_profiled_step"] = _state["steps"] + 1
+
+
+def _profile_last_step():
+    """The explain trial: the last step alone runs under the full profile,
+    started at the end of the step before it rather than at `import torch`,
+    so neither the job's imports and setup (a trainer library's deep Python
+    stacks) nor the earlier steps are traced and analysed. The tensors made
+    before it that the optimizers know (parameters, gradients, state) are
+    handed to the breakdown, which the profile cannot see being made."""
+    if _state["profiler"] is not None:
+        _profile_records(_state["profiler"])  # the CPU's records of the steps so far
+    torch = sys.modules["torch"]
+    # What is live now, before the profile: the gradients of the step just
+    # done included, which the next step frees (zero_grad) inside the profile.
+    _state["known"] = _known_tensors(torch, f"cuda:{_cuda_index()}" if _on_cuda() else "cpu")
+    _start_profiler(detailed=True)
+
+
+def _known_tensors(torch, device):
+    """{storage address: (bytes, category)} of the optimizers' parameters (0),
+    gradients (1) and state (2) on `device`: live before the profile began."""
+    known = {}
+    want = torch.device(device)
+
+    def add(t, category):
+        if not torch.is_tensor(t) or t.device.type != want.type or (want.index is not None and t.device.index != want.index):
+            return
+        try:
+            storage = t.untyped_storage()
+            known.setdefault(storage.data_ptr(), (storage.nbytes(), category))
+        except Exception:  # a tensor without storage (a fake or sparse one): not counted
+            pass
+
+    for opt in _state["optimizers"]:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                add(p, 0)
+                add(p.grad, 1)
+        for state in opt.state.values():
+            for value in state.values():
+                add(value, 2)
+    return known
 
 
 def _start(torch, opt):
@@ -300,6 +352,8 @@ def step(optimizer=None):
     if not _state["started"]:
         _state["started"] = True
         _start(torch, optimizer)
+    if optimizer is not None and all(o is not optimizer for o in _state["optimizers"]):
+        _state["optimizers"].append(optimizer)
     now = time.perf_counter()
     _state["step_seconds"].append(now - _state["last"])
     _state["last"] = now
@@ -337,6 +391,8 @@ def step(optimizer=None):
     if n >= _steps():
         _finish("fits", None, None)
         _exit(0)
+    if _breakdown_on() and n == _steps() - 1:
+        _profile_last_step()
 
 
 def _exit(code):
@@ -417,8 +473,9 @@ def _profiled_steps(events, marks, optimizer_marks=()):
 
 def _profile_records(prof):
     """Stops the profiler and emits what only its events hold: the CPU's
-    step records, and the breakdown of the (last) step with the highest peak."""
-    _state["profiler"] = None
+    records of the steps it saw, and after the full profile the breakdown
+    of the (last) step with the highest peak among them."""
+    _state["profiler"], detailed, first = None, _state["detailed"], _state["first_profiled_step"]
     prof.__exit__(None, None, None)
     torch = sys.modules["torch"]
     device = f"cuda:{_cuda_index()}" if _on_cuda() else "cpu"
@@ -429,7 +486,7 @@ def _profile_records(prof):
     steps = _profiled_steps(events, marks[step_mark], marks[optimizer_mark])
     if not _on_cuda():
         batch = _batch()
-        for n, (start, end, _, _, peak, _, phases) in enumerate(steps, start=1):
+        for n, (start, end, _, _, peak, _, phases) in enumerate(steps, start=first):
             held = events[end - 1].extra_fields.total_allocated if end > 0 else 0
             seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
             record = _step_record(n, batch, seconds, held, peak, phases=phases)
@@ -438,21 +495,22 @@ def _profile_records(prof):
                 # lies outside PyTorch (the interpreter, libraries).
                 record["host_peak_rss_bytes"] = _state["rss"][n - 1]
             _emit(record)
-    if not _breakdown_on() or not steps:
+    if not detailed or not steps:
         return
     # The peak the trial reports: the CPU's from the events, CUDA's from the allocator.
-    peaks = _state["cuda_peaks"] if _on_cuda() else [s[4] for s in steps]
+    peaks = _state["cuda_peaks"][first - 1 :] if _on_cuda() else [s[4] for s in steps]
     peaks = peaks[: len(steps)]
     if not peaks:
         return
     n = max(range(len(peaks)), key=lambda k: (peaks[k], k))
     start, end, peak_index, _, _, began, _ = steps[n]
     try:
-        record = vramprobe_breakdown.breakdown(prof, torch, events, start, end, peak_index, peaks[n], began)
+        known = _state.get("known")
+        record = vramprobe_breakdown.breakdown(prof, torch, events, start, end, peak_index, peaks[n], began, known)
     except Exception as e:  # torch's analysis is private API: never fail the trial for it
         print(f"vramprobe: no breakdown of the peak: {type(e).__name__}: {e}", file=sys.stderr)
         return
-    _emit({"kind": "breakdown", "step": n + 1, "breakdown": record})
+    _emit({"kind": "breakdown", "step": first + n, "breakdown": record})
 
 
 def _finish(outcome, message, failed_step):

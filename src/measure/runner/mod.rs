@@ -92,6 +92,12 @@ pub trait TrialRunner {
         breakdown: bool,
         on_step: &mut dyn FnMut(&StepRecord),
     ) -> anyhow::Result<TrialResult>;
+
+    /// How the trials started, for the report (a command's: fresh, or
+    /// forked from a pre-imported interpreter); `None`: nothing to say.
+    fn how_trials_start(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A built-in workload's (or a TorchScript file's) trials, each a

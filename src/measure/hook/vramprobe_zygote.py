@@ -1,0 +1,176 @@
+"""vramprobe's pre-imported interpreter (command mode, a sweep of
+`python script.py ...` or `python -m module ...`).
+
+Started once per sweep as `python vramprobe_zygote.py SOCKET SCRIPT_OR_-m MODULE`,
+it imports torch and the script's own top-level imports (the slow part of a
+trial's start), never initialises CUDA, prints "ready" and then serves one
+trial at a time on the Unix socket SOCKET, as multiprocessing's forkserver
+does: for each request it forks a child that
+
+- joins the process group of the relay (vramprobe_fork.py) that asked, so
+  vramprobe's timeout and Ctrl-C kill it as they kill a fresh process;
+- takes the relay's stdin, stdout and stderr (passed over the socket), its
+  working folder, environment and argv;
+- arms vramprobe's hook and runs the script (or module) as `__main__`.
+
+It then reports the child's exit status to the relay, which exits with it.
+Each trial is still a fresh process with a fresh allocator: only the
+imported modules are shared, copy-on-write. Anything this cannot serve
+stops it with "failed: <why>" instead of "ready", and vramprobe starts every
+trial as a fresh process instead.
+"""
+import ast
+import json
+import os
+import socket
+import sys
+
+
+def _top_level_imports(path):
+    """The modules the script imports at its top level (not its own local
+    modules, whose import may do anything)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    here = os.path.dirname(os.path.abspath(path))
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    local = lambda n: os.path.exists(os.path.join(here, n.split(".")[0])) or os.path.exists(
+        os.path.join(here, n.split(".")[0] + ".py")
+    )
+    return [n for n in names if not local(n)]
+
+
+def _preload(target):
+    import importlib
+
+    import torch  # noqa: F401  (the point: imported once, before any fork)
+
+    modules = _top_level_imports(target[1]) if target[0] == "script" else []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except BaseException:  # the trial will raise it again, in its own process
+            pass
+    if torch.cuda.is_initialized():
+        return "importing the script's modules initialises CUDA, which a forked process cannot use"
+    return None
+
+
+def _run_child(request, fds):
+    """In the forked child: become the trial's process and run the script."""
+    import atexit
+    import runpy
+    import traceback
+
+    code = 1
+    try:
+        os.setpgid(0, request["pgid"])
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: die with the server
+        except (OSError, AttributeError):
+            pass
+        for i, fd in enumerate(fds[:3]):
+            os.dup2(fd, i)
+        for fd in fds:
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        if request.get("unbuffered"):
+            for stream in (sys.stdout, sys.stderr):
+                stream.reconfigure(write_through=True)
+        sys.argv = list(request["argv"])
+        kind, what = request["target"]
+        sys.path[0] = os.path.dirname(os.path.abspath(what)) if kind == "script" else os.getcwd()
+        if os.environ.get("VRAMPROBE_RECORDS_DIR"):
+            import vramprobe_hook
+
+            vramprobe_hook.arm()
+        try:
+            if kind == "script":
+                runpy.run_path(what, run_name="__main__")
+            else:
+                runpy.run_module(what, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as e:
+            if e.code is None:
+                code = 0
+            elif isinstance(e.code, int):
+                code = e.code
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            # What the interpreter does with an uncaught exception: the
+            # hook's excepthook classifies it (out of memory or an error).
+            sys.excepthook(*sys.exc_info())
+            code = 1
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def _receive(conn):
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 8)
+    while not message.endswith(b"\n"):
+        more = conn.recv(1 << 20)
+        if not more:
+            break
+        message += more
+    return json.loads(message), fds
+
+
+def main():
+    path, target = sys.argv[1], (("module", sys.argv[3]) if sys.argv[2] == "-m" else ("script", sys.argv[2]))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    try:
+        why = _preload(target)
+    except BaseException as e:
+        why = f"importing torch failed: {type(e).__name__}: {e}"
+    print(f"failed: {why}" if why else "ready", flush=True)
+    if why:
+        return
+    while True:
+        conn, _ = server.accept()
+        try:
+            request, fds = _receive(conn)
+        except (OSError, ValueError):
+            conn.close()
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            server.close()
+            conn.close()
+            _run_child(request, fds)
+        for fd in fds:
+            os.close(fd)
+        _, status = os.waitpid(pid, 0)
+        try:
+            conn.sendall(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+        except OSError:
+            pass  # the relay was killed (a timeout): its trial is over anyway
+        conn.close()
+
+
+if __name__ == "__main__":
+    main()
