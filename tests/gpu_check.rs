@@ -32,6 +32,7 @@ fn the_gpu_check_script_dry_runs_on_the_cpu() {
         "| check-twice | 3 | ok",
         "| train-backoff | 0 | ok",
         "| sweep-command | 0 | ok",
+        "| phase-peaks | 0 | ok",
     ] {
         assert!(summary.contains(step), "missing '{step}' in:\n{summary}");
     }

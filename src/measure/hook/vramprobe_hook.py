@@ -207,7 +207,7 @@ def _on_torch(torch):
     register(lambda opt, args, kwargs: step(opt))
     register_pre = getattr(optimizer, "register_optimizer_step_pre_hook", None)
     if register_pre is not None:
-        register_pre(lambda opt, args, kwargs: _before_optimizer())
+        register_pre(_optimizer_step_begins)
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(_at_exit)
     fraction = (_spec().get("limit") or {}).get("cuda_fraction")
@@ -326,6 +326,28 @@ def _mem_total():
     except OSError:
         pass
     return None
+
+
+def _optimizer_step_begins(opt, args, kwargs):
+    """torch's optimizer step pre-hook. A step given a closure (Lightning's
+    loop, LBFGS) runs forward and backward inside the step: the closure is
+    wrapped so the split falls where it returns, before the update."""
+    closure = (kwargs or {}).get("closure")
+    positional = closure is None and bool(args) and callable(args[0])
+    if positional:
+        closure = args[0]
+    if closure is None:
+        _before_optimizer()
+        return None
+
+    def measured(*a, **k):
+        result = closure(*a, **k)
+        _before_optimizer()
+        return result
+
+    if positional:
+        return (measured,) + tuple(args[1:]), kwargs
+    return args, dict(kwargs, closure=measured)
 
 
 def _before_optimizer():

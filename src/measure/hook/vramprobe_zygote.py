@@ -27,24 +27,25 @@ import sys
 
 
 def _top_level_imports(path):
-    """The modules the script imports at its top level (not its own local
-    modules, whose import may do anything)."""
+    """The modules the script imports at its top level, each with the names
+    it takes from it (not its own local modules, whose import may do
+    anything)."""
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
     except (OSError, SyntaxError, ValueError):
         return []
     here = os.path.dirname(os.path.abspath(path))
-    names = []
+    imports = []
     for node in tree.body:
         if isinstance(node, ast.Import):
-            names.extend(a.name for a in node.names)
+            imports.extend((a.name, []) for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module)
+            imports.append((node.module, [a.name for a in node.names if a.name != "*"]))
     local = lambda n: os.path.exists(os.path.join(here, n.split(".")[0])) or os.path.exists(
         os.path.join(here, n.split(".")[0] + ".py")
     )
-    return [n for n in names if not local(n)]
+    return [(m, names) for m, names in imports if not local(m)]
 
 
 def _preload(target):
@@ -53,9 +54,13 @@ def _preload(target):
     import torch  # noqa: F401  (the point: imported once, before any fork)
 
     modules = _top_level_imports(target[1]) if target[0] == "script" else []
-    for name in modules:
+    for module, names in modules:
         try:
-            importlib.import_module(name)
+            imported = importlib.import_module(module)
+            for name in names:
+                # `from transformers import Trainer`: libraries that load
+                # lazily load the name's module on first access.
+                getattr(imported, name, None)
         except BaseException:  # the trial will raise it again, in its own process
             pass
     if torch.cuda.is_initialized():
