@@ -111,11 +111,7 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
     ) -> anyhow::Result<crate::record::trial::TrialResult> {
         let python = self.runs.command.for_batch(batch).first().cloned().unwrap_or_default();
         let log = self.runs.trials_dir.join("preimport.log");
-        // The explain trial starts fresh: torch's full profile (shapes and
-        // stacks) started in a process that imported torchvision before
-        // the hook armed corrupts the heap (torch 2.13: "free(): invalid
-        // next size" once the profile is collected), and a fork is one.
-        let zygote = if breakdown { None } else { self.start.zygote(&python, &self.runs.hook_dir, &log) };
+        let zygote = self.start.zygote(&python, &self.runs.hook_dir, &log);
         let spec = TrialSpec { breakdown, ..TrialSpec::new(batch, self.steps, self.device, self.limit) };
         let kind = self.runs.trial(trial, spec, zygote).map_err(|e| {
             anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())

@@ -400,9 +400,9 @@ impl TrialResult {
         self.peak_breakdown_step().map(|(_, b)| b)
     }
 
-    /// The same, with the step it breaks down. A command's explain trial
-    /// breaks down its last step only: when an earlier step peaked higher
-    /// (a first step's warm-up), that one is the breakdown there is.
+    /// The same, with the step it breaks down; failing that, the broken-down
+    /// step with the highest peak (a breakdown covers the steps its
+    /// profile saw).
     pub fn peak_breakdown_step(&self) -> Option<(&StepRecord, &Breakdown)> {
         let peak = self.peak_allocated_bytes()?;
         // The last such step: the steady state, past any first-step warm-up.

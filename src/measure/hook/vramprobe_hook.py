@@ -15,8 +15,9 @@ stay inert), it:
   both hooks); on the CPU the exact tensor bytes: the CPU allocator's own
   total (kept on every thread) at each of the profiler's memory events
   (memory events only: no shapes, no stacks);
-- for the explain trial only (the spec's "breakdown"), runs torch's full
-  memory profile to break the peak down by category;
+- for the explain trial only (the spec's "breakdown"), runs one unmeasured
+  warm-up step, then torch's full memory profile over the measured steps,
+  to break the peak down by category;
 - reads the trial's spec (batch, steps, device, capacity limit) from
   `spec.json` in the folder the parent names in VRAMPROBE_RECORDS_DIR, and
   writes vramprobe's trial records (JSON lines, the protocol of
@@ -217,6 +218,11 @@ def _on_torch(torch):
         torch.cuda.set_per_process_memory_fraction(float(fraction), _cuda_index())
     if not _on_cuda():
         _count_every_thread(torch)
+    if _breakdown_on():
+        # The explain trial: one unmeasured warm-up step first, then the full
+        # profile over the measured steps only (see _start_explaining).
+        _state["warm_up"] = True
+    elif not _on_cuda():
         # The CPU's step peaks: memory events only (no shapes, no stacks: cheap).
         _start_profiler(detailed=False)
     _state["last"] = time.perf_counter()
@@ -236,20 +242,22 @@ def _start_profiler(detailed):
     _state["first_profiled_step"] = _state["steps"] + 1
 
 
-def _profile_last_step():
-    """The explain trial: the last step alone runs under the full profile,
-    started at the end of the step before it rather than at `import torch`,
-    so neither the job's imports and setup (a trainer library's deep Python
-    stacks) nor the earlier steps are traced and analysed. The tensors made
-    before it that the optimizers know (parameters, gradients, state) are
-    handed to the breakdown, which the profile cannot see being made."""
-    if _state["profiler"] is not None:
-        _profile_records(_state["profiler"])  # the CPU's records of the steps so far
-    torch = sys.modules["torch"]
-    # What is live now, before the profile: the gradients of the step just
-    # done included, which the next step frees (zero_grad) inside the profile.
+def _start_explaining(torch):
+    """The explain trial, after its warm-up step: the full profile (shapes
+    and stacks) starts now rather than at `import torch`, so neither the
+    job's imports nor its setup (a trainer library's deep Python stacks) are
+    traced and analysed. A profiler may start anywhere, but one stopped
+    while the trainer goes on corrupts the heap (torch 2.13: an op scope
+    opened under it ends after it is gone), so this one runs to the end of
+    the trial, which ends the process. The tensors the optimizers hold now
+    (parameters, the gradients just made, state) are handed to the
+    breakdown: the profile does not see them made."""
     _state["known"] = _known_tensors(torch, f"cuda:{_cuda_index()}" if _on_cuda() else "cpu")
+    if _on_cuda():
+        torch.cuda.reset_peak_memory_stats(_cuda_index())
+    _state["before_optimizer"] = None
     _start_profiler(detailed=True)
+    _state["last"] = time.perf_counter()
 
 
 def _known_tensors(torch, device):
@@ -376,6 +384,9 @@ def step(optimizer=None):
         _start(torch, optimizer)
     if optimizer is not None and all(o is not optimizer for o in _state["optimizers"]):
         _state["optimizers"].append(optimizer)
+    if _state.pop("warm_up", False):
+        _start_explaining(torch)
+        return
     now = time.perf_counter()
     _state["step_seconds"].append(now - _state["last"])
     _state["last"] = now
@@ -413,8 +424,6 @@ def step(optimizer=None):
     if n >= _steps():
         _finish("fits", None, None)
         _exit(0)
-    if _breakdown_on() and n == _steps() - 1:
-        _profile_last_step()
 
 
 def _exit(code):
