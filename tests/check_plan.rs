@@ -34,6 +34,12 @@ fn check_exits_0_when_it_fits_and_3_when_it_does_not() {
     );
     let out = String::from_utf8_lossy(&fits.stdout);
     assert!(out.starts_with("FITS: resnet18 3x32x32 at batch 16 on cpu: peak ") && out.contains("headroom"), "{out}");
+    // The breakdown only when asked: one more line, the peak's make-up.
+    assert!(!out.contains("peak made of"), "{out}");
+    let explained = check("16", &["--breakdown"]);
+    let out = String::from_utf8_lossy(&explained.stdout);
+    assert_eq!(explained.status.code(), Some(0), "{out}");
+    assert!(out.contains("\npeak made of: parameters ") && out.contains("; reached in "), "{out}");
 
     let too_big = check("400", &["--json"]);
     assert_eq!(

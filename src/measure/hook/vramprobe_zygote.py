@@ -53,6 +53,13 @@ def _preload(target):
 
     import torch  # noqa: F401  (the point: imported once, before any fork)
 
+    # The CPU allocator counts from here, as in a fresh trial, where the
+    # hook turns this on as torch is imported: a tensor the script's imports
+    # keep is part of every trial's peak either way.
+    import vramprobe_hook
+
+    vramprobe_hook._count_every_thread(torch)
+
     modules = _top_level_imports(target[1]) if target[0] == "script" else []
     for module, names in modules:
         try:
