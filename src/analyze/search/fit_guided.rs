@@ -280,11 +280,6 @@ impl Strategy for FitGuided {
                     }
                     _ => None,
                 };
-                // A line that puts the max at or past a batch that failed is
-                // wrong there (an OOM has no reading to correct it with):
-                // crawling down from the failure one batch at a time would
-                // cost a trial per batch, so the bracket is split instead,
-                // geometrically while it spans more than a factor of 4.
                 // Two lines already know the curve's bend: their crossing first.
                 // When it lands at or past a failure that gave no reading (an
                 // OOM), the lines slope too gently there: aim 10% below the
@@ -298,6 +293,11 @@ impl Strategy for FitGuided {
                     Some(Model::Two { .. }) if self.fallback.is_none() => from_model.or(chord),
                     _ => chord.or(from_model),
                 };
+                // A line that puts the max at or past a batch that failed is
+                // wrong there (an OOM has no reading to correct it with):
+                // crawling down from the failure one batch at a time would
+                // cost a trial per batch, so the bracket is split instead,
+                // geometrically while it spans more than a factor of 4.
                 match guess {
                     Some(m) if self.stalls < 2 => m.max(l + 1 + missed_by),
                     _ if h > 4 * l => ((l as f64 * h as f64).sqrt() as u64).clamp(l + 1, h - 1),
