@@ -312,6 +312,14 @@ fn a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict() {
             .output()
             .unwrap()
     };
+    // A job that fails after a step never fits: its exit code is the last word.
+    let exits_1 = "import sys, torch\nm = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n\
+                   m(torch.randn({batch}, 4)).sum().backward()\nopt.step()\nsys.exit(1)";
+    let failed = check(exits_1, &[]);
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(1), "{stderr}{}", String::from_utf8_lossy(&failed.stdout));
+    assert!(stderr.contains("exited with code 1 after 1 training step"), "{stderr}");
+
     let crash = check("import torch, os, signal; os.kill(os.getpid(), signal.SIGSEGV)  # {batch}", &[]);
     let stderr = String::from_utf8_lossy(&crash.stderr);
     assert_eq!(crash.status.code(), Some(1), "{stderr}");

@@ -430,6 +430,19 @@ fn classify(
             result.outcome = outcome;
             result.message = message;
             result.failed_step = failed_step;
+            // The hook reports a command that ends by itself from atexit,
+            // before its exit code exists: a job that then exits non-zero
+            // failed, whatever it measured, and never fits.
+            let code = status.as_ref().ok().and_then(ExitStatus::code).filter(|&c| c != 0);
+            if let (Outcome::Fits, Some(code)) = (outcome, code) {
+                result.outcome = Outcome::Error;
+                result.message = Some(format!(
+                    "the command exited with code {code} after {} training step(s): a job that fails does not fit{}",
+                    result.steps_completed(),
+                    output_tail(stderr, 1).first().map_or(String::new(), |l| format!(" ({l})"))
+                ));
+                result.failed_step = next_step;
+            }
         }
         Ending::Closed { missing } => {
             (result.outcome, result.message) = unreported(status, stderr);
