@@ -306,7 +306,7 @@ fn a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict() {
 
     let check = |code: &str, extra: &[&str]| {
         vramprobe()
-            .args(["check", "--device", "cpu", "--batch", "4"])
+            .args(["check", "--device", "cpu", "--batch", "32"])
             .args(extra)
             .args(["--", &python, "-c", code])
             .output()
@@ -319,6 +319,18 @@ fn a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict() {
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert_eq!(failed.status.code(), Some(1), "{stderr}{}", String::from_utf8_lossy(&failed.stdout));
     assert!(stderr.contains("exited with code 1 after 1 training step"), "{stderr}");
+
+    // The recipe many scripts follow: catch the out-of-memory error and
+    // retry smaller. The steps then ran at another batch: it does not fit.
+    let retries = "import torch\nm = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n\
+                   batch = {batch}\nfor _ in range(3):\n    try:\n        if batch > 8:\n            \
+                   raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')\n        \
+                   m(torch.randn(batch, 4)).sum().backward()\n        opt.step()\n    \
+                   except torch.OutOfMemoryError:\n        batch = 8";
+    let fell_back = check(retries, &[]);
+    let out = String::from_utf8_lossy(&fell_back.stdout);
+    assert_eq!(fell_back.status.code(), Some(3), "{out}{}", String::from_utf8_lossy(&fell_back.stderr));
+    assert!(out.contains("raised and caught by the command"), "{out}");
 
     let crash = check("import torch, os, signal; os.kill(os.getpid(), signal.SIGSEGV)  # {batch}", &[]);
     let stderr = String::from_utf8_lossy(&crash.stderr);

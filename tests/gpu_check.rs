@@ -33,6 +33,7 @@ fn the_gpu_check_script_dry_runs_on_the_cpu() {
         "| train-backoff | 0 | ok",
         "| sweep-command | 0 | ok",
         "| phase-peaks | 0 | ok",
+        "| oom-retry | 3 | ok",
     ] {
         assert!(summary.contains(step), "missing '{step}' in:\n{summary}");
     }

@@ -210,6 +210,7 @@ def _on_torch(torch):
     if register_pre is not None:
         register_pre(_optimizer_step_begins)
     sys.excepthook = _excepthook(sys.excepthook)
+    _watch_out_of_memory(torch)
     atexit.register(_at_exit)
     fraction = (_spec().get("limit") or {}).get("cuda_fraction")
     if fraction and _on_cuda() and torch.cuda.is_available():
@@ -416,11 +417,15 @@ def step(optimizer=None):
             peak_reserved,
             phases,
         )
+        stats = torch.cuda.memory_stats(i)
+        # The allocator freeing its cache to satisfy a request (thrashing), and OOMs raised.
+        record["alloc_retries"], record["ooms"] = stats.get("num_alloc_retries"), stats.get("num_ooms")
         _state["cuda_peaks"].append(record["peak_allocated_bytes"])
         _emit(record)
         torch.cuda.reset_peak_memory_stats(i)
     else:
         _state["rss"].append(_peak_rss())
+    _caught_oom(torch, n)
     if n >= _steps():
         _finish("fits", None, None)
         _exit(0)
@@ -566,6 +571,48 @@ def _is_oom(e):
     return "out of memory" in text or "can't allocate memory" in text
 
 
+def _watch_out_of_memory(torch):
+    """Notes every torch.OutOfMemoryError made in this process, caught or
+    not: a script that catches one and retries smaller (the recipe many
+    follow) runs its later steps at another batch, so the trial does not
+    fit. Seen at the error's construction, since the script's own `except`
+    hides it from any hook at the top. (On CUDA the caching allocator's
+    num_ooms says the same; on the CPU the allocator's own failure is a
+    plain RuntimeError, which cannot be watched this way.)"""
+    kind = getattr(torch, "OutOfMemoryError", None)
+    if kind is None:
+        return
+    original = kind.__init__
+
+    def init(self, *args, **kwargs):
+        if _state["active"] and _state.get("oom_seen") is None:
+            text = str(args[0]) if args else ""
+            _state["oom_seen"] = (text.strip().splitlines() or [""])[0][:200]
+        original(self, *args, **kwargs)
+
+    try:
+        kind.__init__ = init
+    except TypeError:  # a build whose error type cannot take it: CUDA's num_ooms still tells
+        pass
+
+
+def _caught_oom(torch, n):
+    """Ends the trial as out of memory when one was raised and caught in
+    this process (constructed, or counted by the CUDA allocator)."""
+    seen = _state.get("oom_seen")
+    if seen is None and _on_cuda():
+        ooms = torch.cuda.memory_stats(_cuda_index()).get("num_ooms", 0)
+        seen = f"the CUDA caching allocator counted {ooms} out-of-memory error(s)" if ooms else None
+    if seen is None:
+        return
+    _finish(
+        "oom",
+        f"out of memory by step {n}, raised and caught by the command ({seen}): a job that falls back or retries does not fit",
+        n,
+    )
+    _exit(0)
+
+
 def _excepthook(previous):
     def hook(kind, value, tb):
         if _state["active"] and not _state["done"]:
@@ -590,7 +637,9 @@ def _at_exit():
         # its ranks are the measured processes.
         _state["done"] = True
         return
-    if n == 0:
+    if _state.get("oom_seen") is not None:
+        _finish("oom", f"out of memory, raised and caught by the command ({_state['oom_seen']}): it does not fit", n + 1)
+    elif n == 0:
         _finish("error", "the command ended without an optimizer step (call vramprobe_hook.step() in a custom loop)", 1)
     else:
         _finish("fits", f"the command ended after {n} of {_steps()} steps: those are measured", None)
