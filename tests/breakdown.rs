@@ -142,19 +142,25 @@ fn agrees_with_torch(b: &Breakdown, torch: &(u64, Vec<(String, u64)>)) {
     }
 }
 
+/// A CPU sweep of the example script into `out`, with `options`; its report.
+fn sweep_example(python: &str, out: &Path, options: &[&str]) -> Report {
+    let run = vramprobe()
+        .args(["sweep", "--device", "cpu", "--quiet", "--out"])
+        .arg(out)
+        .args(options)
+        .args(["--", python, EXAMPLE, "--batch-size", "{batch}"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap()
+}
+
 #[test]
 fn a_commands_peak_is_torch_s_own_categories() {
     let Some(python) = common::torch_python("a_commands_peak_is_torch_s_own_categories") else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let run = vramprobe()
-        .args(["sweep", "--device", "cpu", "--quiet", "--batches", "16", "--out"])
-        .arg(&out)
-        .args(["--", &python, EXAMPLE, "--batch-size", "{batch}"])
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let report: Report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report = sweep_example(&python, &out, &["--batches", "16"]);
     // The search's trial measures peaks only (split at the optimizer step);
     // one explain trial at the max batch runs torch's full profile.
     let [search, t] = &report.trials[..] else { panic!("one search trial and one explain trial: {:?}", report.trials) };
@@ -201,14 +207,7 @@ fn breakdown_off_runs_no_explain_trial() {
     let Some(python) = common::torch_python("breakdown_off_runs_no_explain_trial") else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let run = vramprobe()
-        .args(["sweep", "--device", "cpu", "--quiet", "--batches", "8", "--breakdown", "off", "--out"])
-        .arg(&out)
-        .args(["--", &python, EXAMPLE, "--batch-size", "{batch}"])
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let report: Report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report = sweep_example(&python, &out, &["--batches", "8", "--breakdown", "off"]);
     assert_eq!(report.trials.len(), 1, "no explain trial");
     assert!(report.trials[0].peak_breakdown().is_none() && report.trials[0].phase_peaks().is_some());
     let rows: Vec<BreakdownRow> = csv_rows(&out.join("breakdown.csv"));

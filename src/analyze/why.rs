@@ -125,7 +125,28 @@ fn batch_dependent(c: Category) -> bool {
 /// the optimizer step to backward, its make-up changes with it), and
 /// whether they rest on one batch only (then bytes / batch, not a fit).
 pub fn per_sample(trials: &[TrialResult], phase: Option<PeakPhase>) -> (Vec<f64>, bool) {
-    per_sample_bounds(trials, phase)
+    let broken: Vec<(u64, &Breakdown)> = trials
+        .iter()
+        .filter(|t| t.outcome == Outcome::Fits)
+        .filter_map(|t| Some((t.batch, t.peak_breakdown()?)))
+        .filter(|(_, b)| b.phase == phase)
+        .collect();
+    // The fit needs two batches; with one, bytes / batch bounds the slope.
+    let batches: std::collections::BTreeSet<u64> = broken.iter().map(|(b, _)| *b).collect();
+    let one = batches.len() < 2;
+    let largest = broken.iter().max_by_key(|(b, _)| *b);
+    let slopes = Category::ALL
+        .iter()
+        .map(|&c| match largest {
+            Some((b, d)) if one && batch_dependent(c) && *b > 0 => d.bytes.get(c) as f64 / *b as f64,
+            _ if one => 0.0,
+            _ => {
+                let points: Vec<(u64, u64)> = broken.iter().map(|(b, d)| (*b, d.bytes.get(c))).collect();
+                LinearFit::fit(&points).map_or(0.0, |f| f.per_sample_bytes)
+            }
+        })
+        .collect();
+    (slopes, one)
 }
 
 /// The line of the peak's phase (the optimizer step's, or forward and
@@ -160,31 +181,6 @@ fn per_sample_split(top: &Breakdown, line: LinearFit) -> Vec<f64> {
             false => 0.0,
         })
         .collect()
-}
-
-fn per_sample_bounds(trials: &[TrialResult], phase: Option<PeakPhase>) -> (Vec<f64>, bool) {
-    let broken: Vec<(u64, &Breakdown)> = trials
-        .iter()
-        .filter(|t| t.outcome == Outcome::Fits)
-        .filter_map(|t| Some((t.batch, t.peak_breakdown()?)))
-        .filter(|(_, b)| b.phase == phase)
-        .collect();
-    // The fit needs two batches; with one, bytes / batch bounds the slope.
-    let batches: std::collections::BTreeSet<u64> = broken.iter().map(|(b, _)| *b).collect();
-    let one = batches.len() < 2;
-    let largest = broken.iter().max_by_key(|(b, _)| *b);
-    let slopes = Category::ALL
-        .iter()
-        .map(|&c| match largest {
-            Some((b, d)) if one && batch_dependent(c) && *b > 0 => d.bytes.get(c) as f64 / *b as f64,
-            _ if one => 0.0,
-            _ => {
-                let points: Vec<(u64, u64)> = broken.iter().map(|(b, d)| (*b, d.bytes.get(c))).collect();
-                LinearFit::fit(&points).map_or(0.0, |f| f.per_sample_bytes)
-            }
-        })
-        .collect();
-    (slopes, one)
 }
 
 fn at_batch(trials: &[TrialResult], role: &str, batch: u64) -> Option<WhyAt> {

@@ -12,7 +12,6 @@
 //! torchrun, shell scripts, `conda run`, interpreter flags, a script whose
 //! imports initialise CUDA) starts each trial fresh, and the report says so.
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -84,15 +83,8 @@ impl Zygote {
             .env_remove("VRAMPROBE_HOOK_CLAIM")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(log_file)
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe: the server dies with vramprobe.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+            .stderr(log_file);
+        crate::measure::runner::own_group_dying_with_vramprobe(&mut command);
         let started = Instant::now();
         let mut child = command.spawn().map_err(|e| format!("could not start {python}: {e}"))?;
         let Some(stdout) = child.stdout.take() else { return Err("no pipe to the interpreter".into()) };

@@ -118,7 +118,8 @@ pub struct SweepRow {
 pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
     trials
         .iter()
-        .map(|t| SweepRow {
+        .map(|t| (t, t.phase_peaks()))
+        .map(|(t, phases)| SweepRow {
             trial: t.trial,
             batch: t.batch,
             outcome: t.outcome,
@@ -136,8 +137,8 @@ pub fn sweep_rows(trials: &[TrialResult]) -> Vec<SweepRow> {
             world_size: t.world_size,
             peak_rank: t.peak_rank(),
             rank_spread_bytes: t.rank_spread_bytes(),
-            forward_backward_peak_bytes: t.phase_peaks().map(|p| p.forward_backward_bytes),
-            optimizer_peak_bytes: t.phase_peaks().map(|p| p.optimizer_bytes),
+            forward_backward_peak_bytes: phases.map(|p| p.forward_backward_bytes),
+            optimizer_peak_bytes: phases.map(|p| p.optimizer_bytes),
         })
         .collect()
 }

@@ -69,18 +69,12 @@ impl Model {
 
     /// The line that sets the limit: the first to cross the budget, else
     /// the one on top at `batch`.
-    fn limiting(&self, budget: u64, batch: u64) -> &LinearFit {
+    fn limiting(&self, budget: u64, batch: u64) -> Option<&LinearFit> {
         let lines = self.lines();
         let first = lines.iter().filter_map(|l| Some((crossing(l, budget)?, *l))).min_by_key(|(m, _)| *m);
-        match first {
-            Some((_, l)) => l,
-            None => lines.into_iter().max_by(|a, b| a.predict(batch).total_cmp(&b.predict(batch))).unwrap_or(&UNIT),
-        }
+        first.map(|(_, l)| l).or_else(|| lines.into_iter().max_by(|a, b| a.predict(batch).total_cmp(&b.predict(batch))))
     }
 }
-
-/// A placeholder line, never reached: a model has at least one line.
-const UNIT: LinearFit = LinearFit { fixed_bytes: 0.0, per_sample_bytes: 1.0, r2: 1.0, points: 0 };
 
 /// How far a reading may miss its prediction before it contradicts the
 /// model: the margin, and never less than 2% of the budget (a curve's bend
@@ -239,7 +233,7 @@ impl Strategy for FitGuided {
             (model, _) => model,
         };
         if self.fallback.is_none() {
-            let limiting = model.map(|m| *m.limiting(budget, lo.unwrap_or(1)));
+            let limiting = model.as_ref().and_then(|m| m.limiting(budget, lo.unwrap_or(1)).copied());
             if let Some(f) = limiting.filter(|f| f.r2 < MIN_R2) {
                 self.fallback = Some(format!("the memory line fits poorly (r² = {:.4})", f.r2));
             }

@@ -236,7 +236,12 @@ fn prepare(command: &mut Command, spec: &TrialSpec, dir: &Path, log: Option<&Pat
 /// Starts the child with piped output in its own process group (so a
 /// timeout kills everything it started), dying with its parent.
 fn spawn(command: &mut Command) -> std::io::Result<Child> {
-    command.stdin(Stdio::null()).process_group(0);
+    own_group_dying_with_vramprobe(command.stdin(Stdio::null())).spawn()
+}
+
+/// Puts the child in a process group of its own, killed with vramprobe.
+pub fn own_group_dying_with_vramprobe(command: &mut Command) -> &mut Command {
+    command.process_group(0);
     // SAFETY: prctl is async-signal-safe. Outside the terminal's process
     // group the child would not see Ctrl-C; it dies with its parent instead.
     unsafe {
@@ -245,7 +250,7 @@ fn spawn(command: &mut Command) -> std::io::Result<Child> {
             Ok(())
         });
     }
-    command.spawn()
+    command
 }
 
 /// A trial's records as they arrive, from every process that sends them.
