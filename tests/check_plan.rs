@@ -25,7 +25,7 @@ fn check_exits_0_when_it_fits_and_3_when_it_does_not() {
             .output()
             .unwrap()
     };
-    let fits = check("16", &[]);
+    let fits = check("16", &["--margin", "0"]);
     assert_eq!(
         fits.status.code(),
         Some(0),
@@ -36,10 +36,21 @@ fn check_exits_0_when_it_fits_and_3_when_it_does_not() {
     assert!(out.starts_with("FITS: resnet18 3x32x32 at batch 16 on cpu: peak ") && out.contains("headroom"), "{out}");
     // The breakdown only when asked: one more line, the peak's make-up.
     assert!(!out.contains("peak made of"), "{out}");
-    let explained = check("16", &["--breakdown"]);
+    let explained = check("16", &["--margin", "0", "--breakdown"]);
     let out = String::from_utf8_lossy(&explained.stdout);
     assert_eq!(explained.status.code(), Some(0), "{out}");
     assert!(out.contains("\npeak made of: parameters ") && out.contains("; reached in "), "{out}");
+
+    // The sweep's rule: with the default 10% margin, batch 16 (half a sample
+    // under the capacity) does not fit, although the capacity holds it; the
+    // message names the margin that admits it, and that margin does.
+    let in_margin = check("16", &[]);
+    let out = String::from_utf8_lossy(&in_margin.stdout);
+    assert_eq!(in_margin.status.code(), Some(3), "{out}");
+    assert!(out.starts_with("WON'T FIT: ") && out.contains("less than the 10% margin stays free"), "{out}");
+    let admits = out.split("--margin ").nth(1).and_then(|t| t.split(' ').next()).expect("a margin that admits it");
+    let admitted = check("16", &["--margin", admits]);
+    assert_eq!(admitted.status.code(), Some(0), "--margin {admits}: {}", String::from_utf8_lossy(&admitted.stdout));
 
     let too_big = check("400", &["--json"]);
     assert_eq!(

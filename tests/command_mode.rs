@@ -27,18 +27,25 @@ fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
 
 /// A sweep of the example command; its trials and plan row.
 fn sweep(out: &Path, options: &[&str], command: &[String]) -> (Vec<SweepRow>, PlanRow) {
+    let (trials, plan, _) = sweep_with_lines(out, &[options, &["--quiet"]].concat(), command);
+    (trials, plan)
+}
+
+/// [`sweep`], and the trial lines it printed on stderr (unless `--quiet`).
+fn sweep_with_lines(out: &Path, options: &[&str], command: &[String]) -> (Vec<SweepRow>, PlanRow, String) {
     let run = vramprobe()
         // A user's shell: Python buffers the script's prints (the test machine sets this).
         .env_remove("PYTHONUNBUFFERED")
-        .args(["sweep", "--device", "cpu", "--quiet", "--out"])
+        .args(["sweep", "--device", "cpu", "--out"])
         .arg(out)
         .args(options)
         .arg("--")
         .args(command)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    (read_csv(&out.join("sweep.csv")), read_csv::<PlanRow>(&out.join("plan.csv")).remove(0))
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{stderr}");
+    (read_csv(&out.join("sweep.csv")), read_csv::<PlanRow>(&out.join("plan.csv")).remove(0), stderr)
 }
 
 #[test]
@@ -77,6 +84,7 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
     assert_eq!(&row[header.iter().position(|h| *h == "subject").unwrap()], "command");
     let log = std::fs::read_to_string(dir.path().join("run/trials/001-batch-8/output.log")).unwrap();
     assert!(log.contains("step 0 loss"), "{log}");
+    assert!(!log.contains("USDT:") && !log.contains("profiler_st"), "the profiler's own lines are silenced: {log}");
     hook_records_follow_the_protocol(&dir.path().join("run/trials/001-batch-8"));
     // The explain trial: the max batch again, its peak broken down.
     hook_records_follow_the_protocol(&dir.path().join("run/trials/003-batch-16"));
@@ -125,9 +133,18 @@ fn the_search_over_a_command_equals_an_exhaustive_scan() {
     let points: Vec<(u64, u64)> = trials.iter().map(|t| (t.batch, t.peak_allocated_bytes.unwrap())).collect();
     let capacity = LinearFit::fit(&points).unwrap().capacity_for_max(12, DEFAULT_MARGIN).to_string();
     let every: Vec<String> = (1..=30).map(|b| b.to_string()).collect();
-    let (_, scan) =
-        sweep(&dir.path().join("scan"), &["--capacity", &capacity, "--batches", &every.join(",")], &command);
+    let (scanned, scan, lines) =
+        sweep_with_lines(&dir.path().join("scan"), &["--capacity", &capacity, "--batches", &every.join(",")], &command);
     assert!(scan.exact && (6..=24).contains(&scan.max_batch), "scan: {scan:?}");
+    // On the CPU a command runs unbounded and its capacity is judged after
+    // the run: the first batch past the max ran its steps, and its trial line
+    // says where its peak fell, never "fits".
+    let past = scanned.iter().find(|t| t.batch == scan.max_batch + 1).unwrap();
+    let line = lines.lines().find(|l| l.contains(&format!("batch {:>5}  ", past.batch))).unwrap_or_default();
+    assert!(
+        past.outcome == Outcome::Fits && (line.contains("over the margin") || line.contains("over capacity")),
+        "{past:?}\n{lines}"
+    );
     let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity], &command);
     assert_eq!(
         (search.max_batch, search.exact, search.strategy.unwrap().to_string().as_str()),
@@ -431,4 +448,95 @@ fn a_trial_forked_from_the_pre_imported_interpreter_measures_what_a_fresh_one_do
     // The script's own prints reach the trial's log from the forked process.
     let log = std::fs::read_to_string(dir.path().join("forked/trials/001-batch-8/output.log")).unwrap();
     assert!(log.contains("loss"), "{log}");
+}
+
+#[test]
+fn a_batch_that_never_reaches_the_job_stops_the_sweep_with_a_reason() {
+    let Some(python) = python("a_batch_that_never_reaches_the_job_stops_the_sweep_with_a_reason") else { return };
+    // The flag is read and then overridden (as a config file would), so every trial trains at 16.
+    let script = "import sys, torch\nbatch = int(sys.argv[1])\nbatch = 16\n\
+        m = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))\n\
+        o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)\n\
+        for _ in range(5):\n    m(torch.randn(batch, 64)).sum().backward(); o.step(); o.zero_grad()\n";
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = vramprobe()
+        .args(["sweep", "--device", "cpu", "--quiet", "--out"])
+        .arg(&out)
+        .args(["--", &python, "-c", script, "{batch}"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("{batch} seems not to change the job's memory"), "{stderr}");
+    // It stopped at the second trial, and says no max.
+    let trials: Vec<SweepRow> = read_csv(&out.join("sweep.csv"));
+    assert_eq!(trials.len(), 2, "{trials:?}");
+    let plan = read_csv::<PlanRow>(&out.join("plan.csv")).remove(0);
+    assert_eq!(plan.max_batch, 0, "{plan:?}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let notes = [&report["notes"], &report["analysis"]["notes"]];
+    let kinds: Vec<&str> =
+        notes.iter().flat_map(|n| n.as_array().unwrap()).filter_map(|n| n["kind"].as_str()).collect();
+    assert!(kinds.contains(&"batch_ignored") && !kinds.contains(&"flat_line"), "{kinds:?}");
+}
+
+#[test]
+fn a_loop_without_an_optimizer_counts_its_backward_passes_as_steps() {
+    let Some(python) = python("a_loop_without_an_optimizer_counts_its_backward_passes_as_steps") else { return };
+    let head = [
+        "import sys, torch",
+        "batch = int(sys.argv[1])",
+        "m = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))",
+    ];
+    let step = ["    m.zero_grad()", "    m(torch.randn(batch, 64)).sum().backward()"];
+    let update = ["    for p in m.parameters():", "        p.data.add_(p.grad, alpha=-0.1)"];
+    let lines = |parts: &[&[&str]]| parts.concat().join("\n") + "\n";
+    // pytorch/examples' word_language_model updates its weights by hand.
+    let by_hand = lines(&[&head, &["for i in range(100):"], &step, &update, &["    print('iter', i)"]]);
+    // The same, marking its steps itself.
+    let marked = lines(&[
+        &head,
+        &["import vramprobe_hook", "for i in range(100):"],
+        &step,
+        &update,
+        &["    print('iter', i)", "    vramprobe_hook.step()"],
+    ]);
+    // Gradient accumulation: two backward passes per optimizer step, which is the step.
+    let accumulated = lines(&[
+        &head,
+        &["o = torch.optim.SGD(m.parameters(), lr=0.1)", "for i in range(100):"],
+        &["    for _ in range(2):", "        m(torch.randn(batch, 64)).sum().backward()"],
+        &["    print('iter', i)", "    o.step(); o.zero_grad()"],
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, body, backward) in
+        [("by-hand", by_hand, true), ("marked", marked, false), ("accumulated", accumulated, false)]
+    {
+        let out = dir.path().join(name);
+        let command = [python.as_str(), "-c", body.as_str(), "{batch}"].map(String::from).to_vec();
+        // A short timeout: a loop whose steps go unseen fails here rather than waiting 600 s.
+        let options = ["--batches", "4", "--breakdown", "off", "--trial-timeout", "60"];
+        let (trials, _) = sweep(&out, &options, &command);
+        assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{name}: {trials:?}");
+        // Three steps are three iterations of the loop, each step counted once
+        // (each prints before the step ends; the trial stops at the third's end).
+        let log = std::fs::read_to_string(out.join("trials/001-batch-4/output.log")).unwrap();
+        let last = log.lines().rfind(|l| l.starts_with("iter "));
+        assert_eq!(last, Some("iter 2"), "{name}: {log}");
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        let said = report["notes"].as_array().unwrap().iter().any(|n| n["kind"] == "backward_steps");
+        assert_eq!(said, backward, "{name}: {}", report["notes"]);
+        assert_eq!(
+            report["trials"][0]["step_mark"],
+            if backward {
+                "backward"
+            } else if name == "marked" {
+                "by_hand"
+            } else {
+                "optimizer"
+            }
+        );
+    }
 }

@@ -231,3 +231,54 @@ fn the_search_finds_exactly_the_max_an_exhaustive_scan_finds() {
     search_equals_an_exhaustive_scan(dir.path(), (2, 4), 12);
     search_equals_an_exhaustive_scan(dir.path(), (16, 32), 30);
 }
+
+#[test]
+fn a_budget_tighter_than_batch_one_still_finds_what_the_capacity_holds() {
+    let workload =
+        ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd", "--device", "cpu"];
+    // A capacity with batch 1's peak (measured here) inside its 10% margin.
+    let capacity = (common::trial_peak_at(&workload, 1) as f64 / 0.95) as u64;
+    let capacity_arg = capacity.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = vramprobe()
+        .arg("sweep")
+        .args(workload)
+        .args(["--capacity", &capacity_arg, "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    // Nothing fits as asked: a failure, with the answer in it.
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no batch fits within the 10% margin; batch "), "{stderr}");
+    let said = stderr.split("; batch ").nth(1).unwrap();
+    let batch: u64 = said.split(' ').next().unwrap().parse().unwrap();
+    let margin = said.split("--margin ").nth(1).unwrap().split_whitespace().next().unwrap();
+    // The trial lines say where each peak fell, never "fits".
+    assert!(stderr.contains(" over the margin  peak ") && !stderr.contains(" fits  peak "), "{stderr}");
+
+    // The capacity's max, exact: that batch ran within the capacity, the next did not.
+    let (_, trials) = read_csv::<SweepRow>(&out.join("sweep.csv"));
+    let at = |b: u64| trials.iter().find(|t| t.batch == b);
+    let held = at(batch).unwrap();
+    assert!(held.outcome == Outcome::Fits && held.peak_allocated_bytes.unwrap() <= capacity, "{held:?}");
+    let next = at(batch + 1).unwrap_or_else(|| panic!("batch {} was not run: {trials:?}", batch + 1));
+    assert!(next.outcome == Outcome::Oom || next.peak_allocated_bytes.unwrap() > capacity, "{next:?}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let notes = report["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n["kind"] == "fits_only_in_margin" && n["batch"] == batch), "{notes:?}");
+
+    // check judges by the same rule: over the margin at the default, fits at the margin named.
+    let check = |extra: &[&str]| {
+        vramprobe()
+            .arg("check")
+            .args(workload)
+            .args(["--batch", &batch.to_string(), "--capacity", &capacity_arg])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(check(&[]).status.code(), Some(3));
+    let admitted = check(&["--margin", margin]);
+    assert_eq!(admitted.status.code(), Some(0), "--margin {margin}: {}", String::from_utf8_lossy(&admitted.stdout));
+}

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::fastest::{self, Fastest};
-use crate::analyze::fit::{Budget, LinearFit};
+use crate::analyze::fit::{Budget, Fit, LinearFit};
 use crate::analyze::note::Note;
 use crate::analyze::search::{Observation, SearchResult, StrategyKind};
 use crate::analyze::seqfit::{self, SeqFit};
@@ -211,7 +211,7 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         }
     }
 
-    let within = |t: &TrialResult| basis.peak(t).is_some_and(|p| p <= budget.budget_bytes);
+    let within = |t: &TrialResult| basis.peak(t).is_some_and(|p| budget.fit(p) == Fit::Fits);
     let recommended_batch = round_down(input.search.max_batch, input.multiple_of);
     let verified = fits.iter().copied().filter(|t| within(t)).find(|t| t.batch == recommended_batch);
     let recommended_peak_bytes = match verified {
@@ -365,7 +365,7 @@ pub fn observe(trial: &TrialResult, budget: &Budget, basis: FitBasis) -> Observa
             let peak = basis.peak(trial);
             let phases = peak.and_then(|p| Some(trial.phase_peaks()?.scaled_to(p)));
             match peak {
-                Some(peak) if peak <= budget.budget_bytes => Observation::Fits { peak_bytes: peak, phases },
+                Some(peak) if budget.fit(peak) == Fit::Fits => Observation::Fits { peak_bytes: peak, phases },
                 peak => Observation::TooBig { peak_bytes: peak, phases },
             }
         }

@@ -170,6 +170,59 @@ impl Budget {
     pub fn headroom(&self, peak_bytes: f64) -> f64 {
         self.capacity_bytes as f64 - self.non_pytorch_bytes as f64 - peak_bytes
     }
+
+    /// Where a peak falls: the one rule for "fits", the sweep's and check's.
+    pub fn fit(&self, peak_bytes: u64) -> Fit {
+        if peak_bytes <= self.budget_bytes {
+            Fit::Fits
+        } else if self.headroom(peak_bytes as f64) >= 0.0 {
+            Fit::OverMargin
+        } else {
+            Fit::OverCapacity
+        }
+    }
+
+    /// The largest margin, in whole tenths of a percent, that still admits
+    /// `peak_bytes` (rounded down, so [`Budget::new`] with it admits the peak);
+    /// `None` when the peak is over the capacity.
+    pub fn margin_admitting(&self, peak_bytes: u64) -> Option<f64> {
+        let free = self.headroom(peak_bytes as f64);
+        if free < 0.0 || self.capacity_bytes == 0 {
+            return None;
+        }
+        let mut tenths = (free / self.capacity_bytes as f64 * 1000.0).floor();
+        while tenths > 0.0
+            && Budget::new(self.capacity_bytes, tenths / 1000.0, self.non_pytorch_bytes).fit(peak_bytes) != Fit::Fits
+        {
+            tenths -= 1.0;
+        }
+        Some(tenths / 1000.0)
+    }
+
+    /// The same capacity and memory outside PyTorch with no margin kept.
+    pub fn without_margin(&self) -> Budget {
+        Budget::new(self.capacity_bytes, 0.0, self.non_pytorch_bytes)
+    }
+}
+
+/// A peak against a [`Budget`]: within the budget (fits), inside the safety
+/// margin (the capacity holds it, the margin does not), or over the capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    Fits,
+    OverMargin,
+    OverCapacity,
+}
+
+impl Fit {
+    /// In the user's words, as a trial line says it.
+    pub fn words(self) -> &'static str {
+        match self {
+            Fit::Fits => "fits",
+            Fit::OverMargin => "over the margin",
+            Fit::OverCapacity => "over capacity",
+        }
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -185,6 +238,27 @@ fn median(values: &mut [f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peak_fits_within_the_budget_is_over_the_margin_inside_the_capacity_and_over_capacity_past_it() {
+        // capacity 1000, margin 10% (100), 50 outside PyTorch: budget 850.
+        let b = Budget::new(1000, 0.10, 50);
+        assert_eq!(b.budget_bytes, 850);
+        assert_eq!(
+            [849, 850, 851, 950, 951].map(|p| b.fit(p)),
+            [Fit::Fits, Fit::Fits, Fit::OverMargin, Fit::OverMargin, Fit::OverCapacity]
+        );
+        // 851 leaves 99 free (9.9%): a 9.9% margin admits it, 10% does not.
+        assert_eq!(b.margin_admitting(851), Some(0.099));
+        assert_eq!(Budget::new(1000, 0.099, 50).fit(851), Fit::Fits);
+        assert_eq!(b.margin_admitting(950), Some(0.0));
+        assert_eq!(b.margin_admitting(951), None);
+        assert_eq!(b.without_margin().fit(950), Fit::Fits);
+        // A margin that rounds up a byte is stepped down until it admits the peak.
+        let odd = Budget::new(1001, 0.10, 0);
+        let m = odd.margin_admitting(900).unwrap();
+        assert_eq!(Budget::new(1001, m, 0).fit(900), Fit::Fits);
+    }
 
     #[test]
     fn exact_line_is_recovered_with_r2_of_one() {

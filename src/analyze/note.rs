@@ -36,6 +36,14 @@ pub enum Note {
     Explained { trial: u32, batch: u64 },
     /// The explain trial at the max batch did not fit when run again.
     ExplainFailed { trial: u32, batch: u64, outcome: String },
+    /// No batch fits within the margin, but `batch` fits the capacity; a
+    /// margin of `admitting` (a fraction) would admit it.
+    FitsOnlyInMargin { batch: u64, peak_bytes: u64, margin_fraction: f64, admitting: f64 },
+    /// The command's peak did not move between two batches `small` and
+    /// `large`, several times apart: `{batch}` does not reach its batch size.
+    BatchIgnored { small: u64, large: u64, peak_bytes: u64 },
+    /// The command makes no optimizer: its backward passes were its steps.
+    BackwardSteps,
 }
 
 impl fmt::Display for Note {
@@ -76,6 +84,27 @@ impl fmt::Display for Note {
                 f,
                 "trial {trial} ran the max batch {batch} again under torch's full memory profile to break its peak \
                  down (the search's trials measure the peaks only; --breakdown off skips this trial)"
+            ),
+            Note::FitsOnlyInMargin { batch, peak_bytes, margin_fraction, admitting } => write!(
+                f,
+                "no batch fits within the {:.0}% margin; batch {batch} is the largest that fits the capacity (peak \
+                 {}, {:.1}% of the capacity left free): --margin {:.1}% admits it",
+                margin_fraction * 100.0,
+                human_bytes(*peak_bytes as f64),
+                admitting * 100.0,
+                admitting * 100.0
+            ),
+            Note::BatchIgnored { small, large, peak_bytes } => write!(
+                f,
+                "the peak is the same at batch {small} and batch {large} ({}): {{batch}} seems not to change the \
+                 job's memory (a flag the script does not read, or a config file that sets the batch size); the \
+                 sweep stopped",
+                human_bytes(*peak_bytes as f64)
+            ),
+            Note::BackwardSteps => f.write_str(
+                "your command makes no torch.optim optimizer: each backward pass, with the update after it, was \
+                 counted as a training step (call vramprobe_hook.step() at the end of each step to mark them \
+                 yourself)",
             ),
             Note::ExplainFailed { trial, batch, outcome } => write!(
                 f,

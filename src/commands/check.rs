@@ -8,13 +8,14 @@ use anyhow::{anyhow, Result};
 use serde::Serialize;
 
 use crate::analyze::analysis::{budget_for, FitBasis};
-use crate::analyze::fit::{Budget, LinearFit};
+use crate::analyze::fit::{Budget, Fit, LinearFit};
+use crate::analyze::note::Note;
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
 use crate::measure::device;
 use crate::record::device::DeviceRequest;
 use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
-use crate::record::trial::{Outcome, TrialResult};
+use crate::record::trial::{Outcome, StepMark, TrialResult};
 use crate::report::plan_file;
 use crate::units::{format_input, human_bytes};
 
@@ -139,39 +140,48 @@ fn judge(
     max_batch_from_fit: Option<u64>,
 ) -> Judgement {
     let capacity = human_bytes(budget.capacity_bytes as f64);
+    let largest = match max_batch_from_fit {
+        Some(m) => format!("; the plan's memory line allows batch {m} at most"),
+        None => "; run `vramprobe sweep` to find the largest batch".into(),
+    };
     match trial.outcome {
         Outcome::Fits => {
             let peak = peak.unwrap_or(0);
             let headroom = budget.headroom(peak as f64) as i64;
             let pct = headroom as f64 / budget.capacity_bytes as f64 * 100.0;
-            if headroom < 0 {
-                let msg = format!(
-                    "WON'T FIT: {what}: peak {} plus {} outside PyTorch exceeds the capacity {capacity}",
-                    human_bytes(peak as f64),
-                    human_bytes(budget.non_pytorch_bytes as f64),
-                );
-                return Judgement { verdict: Verdict::WontFit, headroom_bytes: Some(headroom), message: msg };
-            }
-            let mut msg = format!(
-                "FITS: {what}: peak {}, headroom {} ({pct:.1}%) of {capacity} ({} steps)",
+            let measured = format!(
+                "peak {}, headroom {} ({pct:.1}%) of {capacity} ({} steps)",
                 human_bytes(peak as f64),
                 human_bytes(headroom as f64),
                 trial.steps_completed()
             );
-            if pct < budget.margin_fraction * 100.0 {
-                msg.push_str(&format!(
-                    "\nwarning: less than the {:.0}% margin stays free",
-                    budget.margin_fraction * 100.0
-                ));
-            }
-            Judgement { verdict: Verdict::Fits, headroom_bytes: Some(headroom), message: msg }
+            // The sweep's rule (Budget::fit): a batch the sweep would reject never passes here.
+            let (verdict, message) = match budget.fit(peak) {
+                Fit::Fits => (Verdict::Fits, format!("FITS: {what}: {measured}")),
+                Fit::OverMargin => (
+                    Verdict::WontFit,
+                    format!(
+                        "WON'T FIT: {what}: {measured}: less than the {:.0}% margin stays free{}",
+                        budget.margin_fraction * 100.0,
+                        budget.margin_admitting(peak).map_or(String::new(), |m| format!(
+                            " (it fits the capacity: --margin {:.1}% admits it)",
+                            m * 100.0
+                        ))
+                    ) + &largest,
+                ),
+                Fit::OverCapacity => (
+                    Verdict::WontFit,
+                    format!(
+                        "WON'T FIT: {what}: peak {} plus {} outside PyTorch exceeds the capacity {capacity}",
+                        human_bytes(peak as f64),
+                        human_bytes(budget.non_pytorch_bytes as f64),
+                    ) + &largest,
+                ),
+            };
+            Judgement { verdict, headroom_bytes: Some(headroom), message }
         }
         _ => {
             let step = trial.failed_step.map_or(String::new(), |s| format!(" at step {s}"));
-            let largest = match max_batch_from_fit {
-                Some(m) => format!("; the plan's memory line allows batch {m} at most"),
-                None => "; run `vramprobe sweep` to find the largest batch".into(),
-            };
             let msg = format!(
                 "WON'T FIT: {what}: out of memory{step} ({}); capacity {capacity}{largest}",
                 trial.message.as_deref().unwrap_or("")
@@ -229,6 +239,9 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let exit_code = verdict.exit_code();
     if let Some(b) = trial.peak_breakdown() {
         message.push_str(&format!("\n{}", crate::report::why::one_line(b)));
+    }
+    if trial.step_mark == Some(StepMark::Backward) {
+        message.push_str(&format!("\nnote: {}", Note::BackwardSteps));
     }
     let peaks = trial.rank_peaks();
     if !peaks.is_empty() {

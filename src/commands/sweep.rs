@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 
 use crate::analyze::analysis;
+use crate::analyze::fit::Fit;
 use crate::analyze::note::Note;
 use crate::analyze::run::{Report, RunIndex};
 use crate::commands::cli::SweepArgs;
@@ -61,11 +62,13 @@ impl Sink for Lines {
         self.show(&format!("step {} of {} done", step.step, self.steps));
     }
 
-    fn trial_done(&mut self, r: &TrialResult) {
+    fn trial_done(&mut self, r: &TrialResult, fit: Option<Fit>) {
         let head = format!("trial {:>2}  batch {:>5}  ", r.trial, r.batch);
         let line = match r.outcome {
+            // A command on the CPU runs unbounded: its capacity is judged here, after the run.
             Outcome::Fits => format!(
-                "{head}fits  peak {}  {:.3} s/step  ({:.1}s)",
+                "{head}{}  peak {}  {:.3} s/step  ({:.1}s)",
+                fit.unwrap_or(Fit::Fits).words(),
                 r.peak_allocated_bytes().map_or("-".into(), |b| human_bytes(b as f64)),
                 r.mean_step_seconds().unwrap_or(0.0),
                 r.wall_seconds
@@ -115,9 +118,10 @@ struct Prefixed {
 impl Sink for Prefixed {
     fn trial_started(&mut self, _trial: u32, _batch: u64) {}
     fn step_done(&mut self, _step: &StepRecord) {}
-    fn trial_done(&mut self, r: &TrialResult) {
+    fn trial_done(&mut self, r: &TrialResult, fit: Option<Fit>) {
         if !self.quiet {
-            eprintln!("{}: trial {} batch {}: {}", self.device, r.trial, r.batch, r.outcome);
+            let outcome = fit.map_or_else(|| r.outcome.to_string(), |f| f.words().to_string());
+            eprintln!("{}: trial {} batch {}: {outcome}", self.device, r.trial, r.batch);
         }
     }
 
@@ -289,7 +293,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     println!("Wrote {}: {}", out_dir.display(), report::run_file_names(&report));
     let analysis = report.analysis.as_ref().ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
     if analysis.max_batch == 0 {
-        return Err(does_not_fit(&report.subject.name(), &cfg, &report.trials, analysis.budget));
+        return Err(does_not_fit(&report, analysis.budget));
     }
     Ok(0)
 }
@@ -405,13 +409,13 @@ fn unsupported(r: &Report, a: &analysis::Analysis) -> Option<String> {
     ))
 }
 
-/// The error for a model that does not fit even at the smallest batch, with the numbers.
-fn does_not_fit(
-    model: &str,
-    cfg: &SweepConfig,
-    trials: &[TrialResult],
-    budget: crate::analyze::fit::Budget,
-) -> anyhow::Error {
+/// The error for a model that does not fit even at the smallest batch, with
+/// the numbers; or for a command whose batch never reached its memory.
+fn does_not_fit(report: &Report, budget: crate::analyze::fit::Budget) -> anyhow::Error {
+    if let Some(ignored) = report.notes.iter().find(|n| matches!(n, Note::BatchIgnored { .. })) {
+        return anyhow!("{ignored}");
+    }
+    let (model, trials) = (report.subject.name(), &report.trials);
     let budget_text = format!(
         "capacity {}, budget {}",
         human_bytes(budget.capacity_bytes as f64),
@@ -434,7 +438,9 @@ fn does_not_fit(
             )
         }
     };
-    anyhow!("{model} does not fit even at batch {} on {}: {why}; {budget_text}", first.batch, cfg.device)
+    let capacity = report.notes.iter().find(|n| matches!(n, Note::FitsOnlyInMargin { .. }));
+    let capacity = capacity.map_or(String::new(), |n| format!("; {n}"));
+    anyhow!("{model} does not fit even at batch {} on {}: {why}; {budget_text}{capacity}", first.batch, report.device)
 }
 
 /// Where an interrupted sweep left what it measured.

@@ -166,9 +166,10 @@ impl TrialKind for CommandTrial<'_> {
             .env("VRAMPROBE_BATCH", batch.to_string())
             // A vramprobe run inside a measured program measures afresh.
             .env_remove("VRAMPROBE_HOOK_CLAIM");
-        // The CPU profiler's own chatter stays out of the user's log.
+        // The CPU profiler's own chatter stays out of the user's log: kineto's
+        // levels run VERBOSE 0 .. USDT 5 (its profiler_start/stop lines), so 6 is none.
         if std::env::var_os("KINETO_LOG_LEVEL").is_none() {
-            command.env("KINETO_LOG_LEVEL", "5");
+            command.env("KINETO_LOG_LEVEL", "6");
         }
         if let Some(fraction) = self.spec.limit.cuda_fraction {
             crate::measure::device::cuda::limit_child(&mut command, fraction);

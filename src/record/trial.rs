@@ -238,6 +238,22 @@ pub struct StartRecord {
     pub local_rank: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u32>,
+    /// Command mode, in the start record sent at the first step: what marked it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_mark: Option<StepMark>,
+}
+
+/// What marks the end of a command's training step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepMark {
+    /// A torch.optim optimizer's step (torch's global step hook).
+    Optimizer,
+    /// No optimizer was made and `step()` was never called: each backward
+    /// pass, with the update after it, is a step.
+    Backward,
+    /// The script calls `vramprobe_hook.step()`.
+    ByHand,
 }
 
 /// One line of a records file.
@@ -284,6 +300,9 @@ pub struct TrialResult {
     /// is then the batch of each rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u32>,
+    /// Command mode: what marked its training steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_mark: Option<StepMark>,
 }
 
 /// One rank's highest readings over a trial's steps.
@@ -321,6 +340,7 @@ impl TrialResult {
             steps: Vec::new(),
             log_file,
             world_size: None,
+            step_mark: None,
         }
     }
 

@@ -14,7 +14,7 @@ pub mod variants;
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
-use crate::analyze::fit::Budget;
+use crate::analyze::fit::{Budget, Fit};
 use crate::analyze::note::Note;
 use crate::analyze::run::{Report, RunStatus, REPORT_SCHEMA_VERSION};
 use crate::analyze::search::{
@@ -25,7 +25,7 @@ use crate::measure::environment;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
-use crate::record::trial::{Outcome, StepRecord, TrialResult};
+use crate::record::trial::{Outcome, StepMark, StepRecord, TrialResult};
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
@@ -68,6 +68,13 @@ impl SweepConfig {
         }
     }
 
+    fn strategy(&self) -> Box<dyn Strategy> {
+        match &self.batches {
+            BatchChoice::Search(kind) => search::build(*kind),
+            BatchChoice::Listed(list) => Box::new(ListedBatches(list.clone())),
+        }
+    }
+
     fn strategy_name(&self) -> StrategyName {
         match &self.batches {
             BatchChoice::Search(kind) => StrategyName::Search(*kind),
@@ -81,7 +88,9 @@ impl SweepConfig {
 pub trait Sink {
     fn trial_started(&mut self, trial: u32, batch: u64);
     fn step_done(&mut self, step: &StepRecord);
-    fn trial_done(&mut self, result: &TrialResult);
+    /// A finished trial, with where its peak fell against the budget (when
+    /// it ran its steps and the budget is known).
+    fn trial_done(&mut self, result: &TrialResult, fit: Option<Fit>);
     /// The report as it now stands: at the start, after every trial and at
     /// the end, so whatever was measured survives a later failure. An error
     /// here stops the sweep.
@@ -94,6 +103,9 @@ struct Sweep<'a> {
     sink: &'a mut dyn Sink,
     report: Report,
     budget: Option<Budget>,
+    /// Searching for the largest batch the capacity holds, the margin set
+    /// aside (after no batch fitted within it).
+    margin_off: bool,
 }
 
 impl Sweep<'_> {
@@ -123,7 +135,6 @@ impl Sweep<'_> {
         self.sink.trial_started(trial, batch);
         let sink = &mut *self.sink;
         let result = self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?;
-        self.sink.trial_done(&result);
         if self.report.device_name.is_none() {
             self.report.device_name = result.device_name.clone();
         }
@@ -132,7 +143,13 @@ impl Sweep<'_> {
             // judged against the same number.
             self.budget = budget_for(self.cfg.device, self.cfg.capacity, self.cfg.margin_fraction, &result);
         }
+        let peak = FitBasis::for_device(self.cfg.device).peak(&result).filter(|_| result.outcome == Outcome::Fits);
+        let fit = self.budget.zip(peak).map(|(b, p)| b.fit(p));
+        self.sink.trial_done(&result, fit);
         self.note_growth(&result);
+        if result.step_mark == Some(StepMark::Backward) && !self.report.notes.contains(&Note::BackwardSteps) {
+            self.report.notes.push(Note::BackwardSteps);
+        }
         self.report.trials.push(result);
         self.sink.report(&self.report)?;
         self.stop_if_interrupted()?;
@@ -150,9 +167,16 @@ impl Sweep<'_> {
         self.report.notes.push(Note::MemoryGrew { bytes, last_step: self.cfg.steps, rank, batch: trial.batch });
     }
 
+    /// The budget the search judges against: the run's, or with the margin
+    /// set aside while searching for what the capacity alone holds.
+    fn search_budget(&self) -> Option<Budget> {
+        self.budget.map(|b| if self.margin_off { b.without_margin() } else { b })
+    }
+
     fn search_limits(&self) -> SearchLimits {
-        let budget = self.budget.map_or(u64::MAX, |b| b.budget_bytes);
-        let margin = self.budget.map_or(0, |b| (b.capacity_bytes as f64 * b.margin_fraction) as u64);
+        let budget = self.search_budget();
+        let margin = budget.map_or(0, |b| (b.capacity_bytes as f64 * b.margin_fraction) as u64);
+        let budget = budget.map_or(u64::MAX, |b| b.budget_bytes);
         SearchLimits {
             budget_bytes: budget,
             margin_bytes: margin,
@@ -162,7 +186,7 @@ impl Sweep<'_> {
     }
 
     fn observation(&self, trial: &TrialResult) -> Observation {
-        match &self.budget {
+        match &self.search_budget() {
             Some(b) => observe(trial, b, FitBasis::for_device(self.cfg.device)),
             None => Observation::Failed {
                 message: trial.message.clone().unwrap_or_else(|| "the device's memory is unknown".into()),
@@ -199,6 +223,56 @@ impl Sweep<'_> {
         }
     }
 
+    /// When nothing fits within the margin but the smallest batch fits the
+    /// capacity (a tight budget), the largest batch the capacity holds and
+    /// the margin that would admit it, searched again with the margin set
+    /// aside (the trials already run count again) and said in a note. The
+    /// run's max stays 0: no batch fits as asked.
+    fn search_capacity(&mut self, result: &SearchResult) -> Result<()> {
+        let (Some(budget), 0) = (self.budget, result.max_batch) else { return Ok(()) };
+        let basis = FitBasis::for_device(self.cfg.device);
+        let smallest = self.report.trials.iter().min_by_key(|t| t.batch);
+        let peak = smallest.filter(|t| t.outcome == Outcome::Fits).and_then(|t| basis.peak(t));
+        if peak.is_none_or(|p| budget.fit(p) != Fit::OverMargin) {
+            return Ok(());
+        }
+        self.margin_off = true;
+        let mut strategy = self.cfg.strategy();
+        let found = search::run(strategy.as_mut(), self);
+        self.margin_off = false;
+        let batch = found?.1.max_batch;
+        let ran = self.report.trials.iter().find(|t| t.batch == batch && t.outcome == Outcome::Fits);
+        let Some(peak) = ran.and_then(|t| basis.peak(t)) else { return Ok(()) };
+        if let Some(admitting) = budget.margin_admitting(peak) {
+            self.report.notes.push(Note::FitsOnlyInMargin {
+                batch,
+                peak_bytes: peak,
+                margin_fraction: budget.margin_fraction,
+                admitting,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether this trial shows the command ignoring `{batch}`: its peak
+    /// (before the optimizer step where known, where the batch's tensors
+    /// live) the same as a trial's at a batch at least 4 times apart. A
+    /// built-in always trains at its batch.
+    fn batch_ignored(&self, trial: &TrialResult) -> Option<Note> {
+        if !matches!(self.cfg.subject, Subject::Command(_)) || trial.outcome != Outcome::Fits {
+            return None;
+        }
+        let reading = |t: &TrialResult| t.phase_peaks().map(|p| p.forward_backward_bytes).or(t.peak_allocated_bytes());
+        let peak = reading(trial)?;
+        self.report.trials.iter().filter(|t| t.outcome == Outcome::Fits && t.trial != trial.trial).find_map(|t| {
+            let (small, large) = (t.batch.min(trial.batch), t.batch.max(trial.batch));
+            let other = reading(t)?;
+            // The same to within 0.01%: one more sample's input alone moves it further.
+            let same = other.abs_diff(peak) as f64 <= peak.max(other) as f64 * 1e-4;
+            (large >= 4 * small && same).then_some(Note::BatchIgnored { small, large, peak_bytes: peak })
+        })
+    }
+
     /// The explain trial: when the max batch's peak is not yet broken down,
     /// runs that batch once more with the breakdown on. The search needs
     /// only peaks, so this is the one trial that pays for the full profile.
@@ -232,7 +306,16 @@ impl search::Oracle for Sweep<'_> {
     }
 
     fn probe(&mut self, batch: u64) -> Result<Observation> {
+        let ran = |t: &&TrialResult| t.batch == batch && matches!(t.outcome, Outcome::Fits | Outcome::Oom);
+        if let (true, Some(trial)) = (self.margin_off, self.report.trials.iter().find(ran)) {
+            return Ok(self.observation(trial));
+        }
         let trial = self.run_trial(batch, self.breakdown_is_free())?.clone();
+        if let Some(note) = self.batch_ignored(&trial) {
+            let message = note.to_string();
+            self.report.notes.push(note);
+            return Ok(Observation::Failed { message });
+        }
         Ok(self.observation(&trial))
     }
 }
@@ -259,13 +342,17 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         notes: cfg.notes.clone(),
     };
     sink.report(&report)?;
-    let mut sweep = Sweep { cfg, runner, sink, report, budget: None };
+    let mut sweep = Sweep { cfg, runner, sink, report, budget: None, margin_off: false };
 
-    let mut strategy: Box<dyn Strategy> = match &cfg.batches {
-        BatchChoice::Search(kind) => search::build(*kind),
-        BatchChoice::Listed(list) => Box::new(ListedBatches(list.clone())),
-    };
+    let mut strategy = cfg.strategy();
     let (_, mut result) = search::run(strategy.as_mut(), &mut sweep)?;
+    let ignored = sweep.report.notes.iter().any(|n| matches!(n, Note::BatchIgnored { .. }));
+    if ignored {
+        // No max from a command that ignores its batch; its note says why the search stopped.
+        result = SearchResult { max_batch: 0, exact: false, ..result };
+        result.notes.clear();
+    }
+    sweep.search_capacity(&result)?;
     sweep.verify_recommended(&mut result)?;
     sweep.explain_max(&mut result)?;
 
@@ -283,7 +370,10 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         search: result,
         multiple_of: cfg.multiple_of,
     };
-    let analysis = analysis::analyze(&report.trials, input);
+    let mut analysis = analysis::analyze(&report.trials, input);
+    if ignored {
+        analysis.notes.retain(|n| *n != Note::FlatLine);
+    }
     report.status = if analysis.max_batch > 0 { RunStatus::Complete } else { RunStatus::Failed };
     report.analysis = Some(analysis);
     report.why = explain(&report);

@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::variants::{self, Across, Outlet};
 use super::{run, BatchChoice, Sink, SweepConfig};
+use crate::analyze::fit::Fit;
 use crate::analyze::note::Note;
 use crate::analyze::run::{Report, RunIndex, RunStatus};
 use crate::analyze::search::StrategyKind;
@@ -91,7 +92,7 @@ impl Sink for Counting {
     fn step_done(&mut self, _step: &StepRecord) {
         self.steps += 1;
     }
-    fn trial_done(&mut self, _result: &TrialResult) {
+    fn trial_done(&mut self, _result: &TrialResult, _fit: Option<Fit>) {
         self.done += 1;
     }
     fn report(&mut self, _report: &Report) -> Result<()> {

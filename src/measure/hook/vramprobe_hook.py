@@ -8,7 +8,10 @@ stay inert), it:
 - counts optimizer steps with torch's global step post-hook, so any loop
   that calls `optimizer.step()` (AMP's `GradScaler.step` too) is measured;
   `vramprobe_hook.step()` marks a step by hand for custom updates or
-  inference loops;
+  inference loops; a loop that makes no torch.optim optimizer and never
+  calls it (weights updated by hand, `p.data.add_(p.grad, alpha=-lr)`) has
+  each backward pass counted as a step, ending where the next one begins
+  (so the update after it is inside), and the start record says so;
 - measures each step's memory, split at the optimizer step (torch's global
   step pre-hook) into the forward/backward peak and the optimizer-step
   peak: on CUDA the caching allocator's peak and current bytes (reset at
@@ -60,6 +63,12 @@ _state = {
     "detailed": False,
     "first_profiled_step": 1,
     "optimizers": [],
+    # What marks a training step: "optimizer", "backward" or "by_hand" (step()).
+    "step_mark": None,
+    # A torch.optim optimizer was made: backward passes are not steps then.
+    "optimizer_made": False,
+    # A backward pass ended and no step was marked since.
+    "backward_pending": False,
 }
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
@@ -205,12 +214,13 @@ def _on_torch(torch):
     if register is None:
         _end("error", f"torch {torch.__version__} has no optimizer step hook: vramprobe needs torch >= 2.0", 1)
         _exit(1)
-    register(lambda opt, args, kwargs: step(opt))
+    register(lambda opt, args, kwargs: _optimizer_stepped(opt))
     register_pre = getattr(optimizer, "register_optimizer_step_pre_hook", None)
     if register_pre is not None:
         register_pre(_optimizer_step_begins)
     sys.excepthook = _excepthook(sys.excepthook)
     _watch_out_of_memory(torch)
+    _watch_backward(torch)
     atexit.register(_at_exit)
     fraction = (_spec().get("limit") or {}).get("cuda_fraction")
     if fraction and _on_cuda() and torch.cuda.is_available():
@@ -317,6 +327,8 @@ def _start(torch, opt):
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         if os.environ.get(key, "").isdigit():
             record[key.lower()] = int(os.environ[key])
+    if _state["step_mark"] is not None:
+        record["step_mark"] = _state["step_mark"]
     _emit(record)
 
 
@@ -374,11 +386,68 @@ def _before_optimizer():
         torch.cuda.reset_peak_memory_stats(i)
 
 
+def _watch_backward(torch):
+    """Counts backward passes (torch.autograd.backward, which
+    Tensor.backward calls) for loops without an optimizer, and notes the
+    making of any torch.optim optimizer, whose steps then count instead
+    (however many backward passes each takes: gradient accumulation)."""
+    import functools
+
+    original = torch.autograd.backward
+
+    @functools.wraps(original)
+    def backward(*args, **kwargs):
+        _backward_begins()
+        result = original(*args, **kwargs)
+        _state["backward_pending"] = True
+        return result
+
+    torch.autograd.backward = backward
+    kind = getattr(getattr(torch, "optim", None), "Optimizer", None)
+    if kind is None:
+        return
+    made = kind.__init__
+
+    @functools.wraps(made)
+    def init(self, *args, **kwargs):
+        _state["optimizer_made"] = True
+        made(self, *args, **kwargs)
+
+    kind.__init__ = init
+
+
+def _backward_begins():
+    """A backward pass begins (or the program ends): in a loop with no
+    optimizer and no step() of its own, the previous backward pass and the
+    update after it were one training step."""
+    if not _state["backward_pending"]:
+        return
+    _state["backward_pending"] = False
+    if _state["optimizer_made"] or _state["step_mark"] not in (None, "backward"):
+        return
+    _state["step_mark"] = "backward"
+    _mark(None)
+
+
+def _optimizer_stepped(optimizer):
+    if _state["step_mark"] is None:
+        _state["step_mark"] = "optimizer"
+    _mark(optimizer)
+
+
 def step(optimizer=None):
-    """Marks the end of one training step (called by the optimizer hook; call
-    it yourself for an update that does not use torch.optim)."""
+    """Marks the end of one training step by hand: for an update that does
+    not use torch.optim, or an inference loop."""
+    if _state["step_mark"] is None:
+        _state["step_mark"] = "by_hand"
+    _mark(optimizer)
+
+
+def _mark(optimizer):
+    """The end of one training step, whatever marked it."""
     if not _state["active"] or _state["done"]:
         return
+    _state["backward_pending"] = False
     torch = sys.modules["torch"]
     if not _state["started"]:
         _state["started"] = True
@@ -631,6 +700,9 @@ def _excepthook(previous):
 def _at_exit():
     if not _state["active"] or _state["done"]:
         return
+    _backward_begins()  # the last backward pass of a loop without an optimizer
+    if _state["done"]:
+        return
     n = _state["steps"]
     if n == 0 and not _rank() and _ranks_reported():
         # A launcher that imports torch (not torchrun, which never claims):
@@ -640,7 +712,12 @@ def _at_exit():
     if _state.get("oom_seen") is not None:
         _finish("oom", f"out of memory, raised and caught by the command ({_state['oom_seen']}): it does not fit", n + 1)
     elif n == 0:
-        _finish("error", "the command ended without an optimizer step (call vramprobe_hook.step() in a custom loop)", 1)
+        _finish(
+            "error",
+            "the command ended without an optimizer step or a backward pass "
+            "(call vramprobe_hook.step() at the end of each step of a custom loop)",
+            1,
+        )
     else:
         _finish("fits", f"the command ended after {n} of {_steps()} steps: those are measured", None)
 

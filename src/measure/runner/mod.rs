@@ -359,6 +359,7 @@ impl Reading<'_> {
                     r.baseline_bytes = start.baseline_bytes;
                     r.device_name = Some(start.device_name.clone());
                     r.device_total_bytes = start.device_total_bytes;
+                    r.step_mark = start.step_mark.or(r.step_mark);
                 }
                 self.ranks.start(source, *start);
             }
