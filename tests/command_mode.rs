@@ -348,6 +348,25 @@ fn a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict() {
     let out = String::from_utf8_lossy(&fell_back.stdout);
     assert_eq!(fell_back.status.code(), Some(3), "{out}{}", String::from_utf8_lossy(&fell_back.stderr));
     assert!(out.contains("raised and caught by the command"), "{out}");
+    // The CPU allocator's own failure (a RuntimeError made in C), with the
+    // smaller step retried inside the `except` block.
+    let retries_in_handler = [
+        "import torch",
+        "m = torch.nn.Linear(4, 4)",
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)",
+        "for _ in range(3):",
+        "    try:",
+        "        torch.empty(10**15 + {batch})",
+        "    except RuntimeError as e:",
+        "        if 'memory' not in str(e): raise",
+        "        m(torch.randn(8, 4)).sum().backward()",
+        "        opt.step()",
+    ]
+    .join("\n");
+    let fell_back = check(&retries_in_handler, &[]);
+    let out = String::from_utf8_lossy(&fell_back.stdout);
+    assert_eq!(fell_back.status.code(), Some(3), "{out}{}", String::from_utf8_lossy(&fell_back.stderr));
+    assert!(out.contains("raised and caught by the command") && out.contains("can't allocate memory"), "{out}");
 
     let crash = check("import torch, os, signal; os.kill(os.getpid(), signal.SIGSEGV)  # {batch}", &[]);
     let stderr = String::from_utf8_lossy(&crash.stderr);
@@ -539,4 +558,43 @@ fn a_loop_without_an_optimizer_counts_its_backward_passes_as_steps() {
             }
         );
     }
+}
+
+#[test]
+fn a_cpu_trial_killed_at_its_timeout_keeps_the_steps_it_ran() {
+    let Some(python) = python("a_cpu_trial_killed_at_its_timeout_keeps_the_steps_it_ran") else { return };
+    // One step a second, and more steps than the timeout allows: on the CPU
+    // the steps' records come from the profiler, which is read at the end.
+    let script = [
+        "import sys, time, torch",
+        "batch = int(sys.argv[1])",
+        "m = torch.nn.Linear(64, 64)",
+        "o = torch.optim.SGD(m.parameters(), lr=0.1)",
+        "for i in range(1000):",
+        "    m(torch.randn(batch, 64)).sum().backward(); o.step(); o.zero_grad()",
+        "    time.sleep(1)",
+    ]
+    .join("\n");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = vramprobe()
+        .args(["sweep", "--device", "cpu", "--quiet", "--batches", "4", "--steps", "1000", "--trial-timeout", "10"])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", &python, "-c", &script, "{batch}"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    let trials: Vec<SweepRow> = read_csv(&out.join("sweep.csv"));
+    let t = &trials[0];
+    assert_eq!(t.outcome, Outcome::Timeout, "{t:?}");
+    assert!(t.steps_completed >= 1 && t.peak_allocated_bytes.is_some_and(|p| p > 0), "{t:?}");
+    let message = &t.message;
+    assert!(message.contains(&format!("after {} measured step(s)", t.steps_completed)), "{message}");
+    assert!(!message.contains("no training step was seen"), "{message}");
+    // Each step it ran is in steps.csv, measured.
+    let steps: Vec<vramprobe::record::trial::StepRecord> = read_csv(&out.join("steps.csv"));
+    assert_eq!(steps.len() as u32, t.steps_completed);
+    assert!(steps.iter().all(|s| s.peak_allocated_bytes > 0 && s.batch == 4), "{steps:?}");
 }

@@ -58,7 +58,10 @@ impl Sink for Lines {
     }
 
     fn step_done(&mut self, step: &StepRecord) {
-        self.last_peak = Some(step.peak_allocated_bytes);
+        // A CPU command's step is seen as it runs; its peak comes at the trial's end.
+        if step.peak_allocated_bytes > 0 {
+            self.last_peak = Some(step.peak_allocated_bytes);
+        }
         self.show(&format!("step {} of {} done", step.step, self.steps));
     }
 

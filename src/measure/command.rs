@@ -112,7 +112,11 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         let python = self.runs.command.for_batch(batch).first().cloned().unwrap_or_default();
         let log = self.runs.trials_dir.join("preimport.log");
         let zygote = self.start.zygote(&python, &self.runs.hook_dir, &log);
-        let spec = TrialSpec { breakdown, ..TrialSpec::new(batch, self.steps, self.device, self.limit) };
+        let spec = TrialSpec {
+            breakdown,
+            wrap_up_signal: Some(crate::measure::runner::wrap_up_signal()),
+            ..TrialSpec::new(batch, self.steps, self.device, self.limit)
+        };
         let kind = self.runs.trial(trial, spec, zygote).map_err(|e| {
             anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())
         })?;

@@ -22,7 +22,7 @@ use crate::record::workload::WorkloadConfig;
 /// The version of the trial protocol (the spec and the records); bump it
 /// when either changes. The hook writes the same number
 /// (`PROTOCOL_VERSION` in vramprobe_hook.py; a test checks they agree).
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The trial's spec in its folder.
 pub const SPEC_FILE: &str = "spec.json";
@@ -51,11 +51,25 @@ pub struct TrialSpec {
     /// only the step peaks by phase, which cost next to nothing.
     #[serde(default)]
     pub breakdown: bool,
+    /// The signal vramprobe sends a measuring process on a timeout or
+    /// Ctrl-C, before the kill: the hook then sends the steps it measured
+    /// (on the CPU read from the profiler only at the end) and ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrap_up_signal: Option<i32>,
 }
 
 impl TrialSpec {
     pub fn new(batch: u64, steps: u32, device: Device, limit: CapacityLimit) -> TrialSpec {
-        TrialSpec { schema_version: PROTOCOL_VERSION, batch, steps, device, limit, workload: None, breakdown: false }
+        TrialSpec {
+            schema_version: PROTOCOL_VERSION,
+            batch,
+            steps,
+            device,
+            limit,
+            workload: None,
+            breakdown: false,
+            wrap_up_signal: None,
+        }
     }
 }
 
@@ -263,6 +277,12 @@ pub enum Message {
     /// The model is built and its parameters are in place.
     Start(Box<StartRecord>),
     Step(Box<StepRecord>),
+    /// Command mode on the CPU: a step ran. Its record follows at the
+    /// trial's end, when the profiler's events are read.
+    Progress {
+        step: u32,
+        step_seconds: f64,
+    },
     /// Command mode: the breakdown of a step's peak, sent with the last
     /// records (torch's memory profile is read once the steps have run).
     Breakdown {

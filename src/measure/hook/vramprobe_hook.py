@@ -29,7 +29,10 @@ stay inert), it:
   RANK) to `records-rank-R.jsonl`, so every rank is measured;
 - stops the program once the trial's steps have run, and classifies an
   uncaught out-of-memory error (a trial that does not fit) apart from any
-  other exception (the script's own error).
+  other exception (the script's own error); an out-of-memory error the
+  script catches still makes the trial oom;
+- on vramprobe's timeout or Ctrl-C (the spec's wrap-up signal, sent before
+  the kill), sends the steps measured so far and ends.
 
 Which process is measured: the first that imports torch, and under a
 launcher (torchrun, or any that gives its workers RANK) every rank instead.
@@ -74,7 +77,7 @@ _state = {
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 # The trial protocol's version: trial.rs's PROTOCOL_VERSION (a test checks they agree).
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 _SPEC = {}
 
@@ -219,6 +222,7 @@ def _on_torch(torch):
     if register_pre is not None:
         register_pre(_optimizer_step_begins)
     sys.excepthook = _excepthook(sys.excepthook)
+    _answer_wrap_up()
     _watch_out_of_memory(torch)
     _watch_backward(torch)
     atexit.register(_at_exit)
@@ -494,6 +498,8 @@ def _mark(optimizer):
         torch.cuda.reset_peak_memory_stats(i)
     else:
         _state["rss"].append(_peak_rss())
+        # The step's record comes from the profiler at the end: say it ran now.
+        _emit({"kind": "progress", "step": n, "step_seconds": _state["step_seconds"][-1]})
     _caught_oom(torch, n)
     if n >= _steps():
         _finish("fits", None, None)
@@ -667,7 +673,13 @@ def _watch_out_of_memory(torch):
 
 def _caught_oom(torch, n):
     """Ends the trial as out of memory when one was raised and caught in
-    this process (constructed, or counted by the CUDA allocator)."""
+    this process (constructed, or counted by the CUDA allocator), or when
+    this step ran inside the handler of one: the CPU allocator's failure is
+    a plain RuntimeError made in C, which no hook sees made, but a step
+    retried in its `except` block runs while it is being handled."""
+    handled = sys.exc_info()[1]
+    if handled is not None and _state.get("oom_seen") is None and _is_oom(handled):
+        _state["oom_seen"] = (str(handled).strip().splitlines() or [""])[0][:200]
     seen = _state.get("oom_seen")
     if seen is None and _on_cuda():
         ooms = torch.cuda.memory_stats(_cuda_index()).get("num_ooms", 0)
@@ -680,6 +692,28 @@ def _caught_oom(torch, n):
         n,
     )
     _exit(0)
+
+
+def _answer_wrap_up():
+    """vramprobe's timeout or Ctrl-C sends the spec's wrap-up signal before
+    its kill: the steps measured so far go out (on the CPU they are read from
+    the profiler only at the end), then this process ends."""
+    number = _spec().get("wrap_up_signal")
+    if not number:
+        return
+    import signal
+
+    def wrap_up(signum, frame):
+        if _state["active"] and not _state["done"]:
+            _state["detailed"] = False  # no breakdown: it would outlast the wait
+            n = _state["steps"]
+            _finish("killed", f"stopped by vramprobe after {n} step(s)", n + 1)
+        _exit(1)
+
+    try:
+        signal.signal(int(number), wrap_up)
+    except (ValueError, OSError):  # torch imported outside the main thread: the kill alone
+        pass
 
 
 def _excepthook(previous):

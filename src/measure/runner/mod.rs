@@ -163,6 +163,17 @@ enum Ending {
 /// before the rest of the trial is killed.
 const GRACE: Duration = Duration::from_secs(3);
 
+/// How long the measuring processes get to send what they measured after a
+/// timeout or Ctrl-C, before the kill.
+const WRAP_UP: Duration = Duration::from_secs(5);
+
+/// The signal that asks a measuring process to wrap up: a real-time signal,
+/// which no training script or trainer library handles for itself (unlike
+/// SIGTERM and SIGUSR1, which Lightning takes for its own).
+pub fn wrap_up_signal() -> i32 {
+    libc::SIGRTMIN() + 3
+}
+
 /// Runs one trial of any kind. `on_step` sees each step as it arrives.
 pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl FnMut(&StepRecord)) -> TrialResult {
     let started = Instant::now();
@@ -189,8 +200,10 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
         text
     });
     let nvml = kind.nvml_device().and_then(|i| Nvml::open().ok().map(|n| (n, i)));
-    let mut reading = Reading { result: &mut result, ranks: Ranks::default(), nvml, measured: child.id() };
+    let mut reading =
+        Reading { result: &mut result, ranks: Ranks::default(), nvml, measured: child.id(), steps_seen: 0 };
     let ending = reading.read(&mut child, dir, &token, started + timeout, on_step);
+    let steps_seen = reading.steps_seen;
     let status = child.wait();
     let mut stderr_text = stderr_reader.join().unwrap_or_default();
     if let Some(log) = &log {
@@ -200,7 +213,7 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
     result.keep_peak_timeline();
     classify(&mut result, ending, status, &stderr_text, timeout);
     if let (Some(log), Outcome::Error | Outcome::Killed | Outcome::Timeout) = (&log, result.outcome) {
-        if result.outcome == Outcome::Timeout && result.steps.is_empty() {
+        if result.outcome == Outcome::Timeout && steps_seen == 0 {
             let note = "no training step was seen: does the command call optimizer.step() (or vramprobe_hook.step())?";
             result.message = result.message.map(|m| format!("{m}; {note}"));
         }
@@ -260,6 +273,9 @@ struct Reading<'a> {
     nvml: Option<(Nvml, usize)>,
     /// Whose GPU memory NVML reports when a source names no process: the child.
     measured: u32,
+    /// The most steps any source has run (a CPU command's records of them
+    /// come at its end; its progress says each as it runs).
+    steps_seen: u32,
 }
 
 impl Reading<'_> {
@@ -309,11 +325,15 @@ impl Reading<'_> {
                 }
             }
         };
-        if let Ending::Reported(_) = ending {
-            let until = Instant::now() + GRACE;
-            while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
+        match ending {
+            Ending::Reported(_) => {
+                let until = Instant::now() + GRACE;
+                while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
             }
+            Ending::TimedOut | Ending::Interrupted(_) => self.wrap_up(&rx, &mut on_step),
+            Ending::Closed { .. } => {}
         }
         // Nothing the trial started outlives it: its process group, and any
         // process in a session of its own (torchrun's workers).
@@ -331,6 +351,28 @@ impl Reading<'_> {
             self.result.world_size = self.ranks.world_size();
         }
         ending
+    }
+
+    /// Asks every measuring process still running to send what it measured
+    /// and end (the hook's handler of [`wrap_up_signal`]), and reads its
+    /// records for up to [`WRAP_UP`]: a killed trial keeps its steps.
+    fn wrap_up(&mut self, rx: &mpsc::Receiver<(Source, String)>, on_step: &mut impl FnMut(&StepRecord)) {
+        for pid in self.ranks.unfinished_pids() {
+            // SAFETY: kill(2) on a process of this trial that said its pid.
+            unsafe { libc::kill(pid as i32, wrap_up_signal()) };
+        }
+        let until = Instant::now() + WRAP_UP;
+        while !self.ranks.unfinished_pids().is_empty() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok((source, line)) => self.take(source, &line, on_step),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
     }
 
     /// One line from `source`: a record, or a protocol error that fails the trial.
@@ -363,10 +405,24 @@ impl Reading<'_> {
                 }
                 self.ranks.start(source, *start);
             }
+            Message::Progress { step, step_seconds } => {
+                if self.ranks.counts(source) {
+                    self.steps_seen = self.steps_seen.max(step);
+                    let batch = self.result.batch;
+                    on_step(&StepRecord {
+                        trial: self.result.trial,
+                        step,
+                        batch,
+                        step_seconds,
+                        ..StepRecord::default()
+                    });
+                }
+            }
             Message::Step(mut rec) => {
                 if !self.ranks.counts(source) {
                     return;
                 }
+                self.steps_seen = self.steps_seen.max(rec.step);
                 let start = self.ranks.start_of(source);
                 rec.trial = self.result.trial;
                 if let Source::Rank(r) = source {
@@ -428,8 +484,10 @@ fn classify(
         Ending::TimedOut => {
             result.outcome = Outcome::Timeout;
             result.message = Some(format!(
-                "no result within the {}s trial timeout; the trial's process group was killed",
-                timeout.as_secs()
+                "no result within the {}s trial timeout; the trial's process group was killed after {} measured \
+                 step(s)",
+                timeout.as_secs(),
+                result.steps_completed()
             ));
         }
         Ending::Reported(Ended { outcome, message, failed_step }) => {

@@ -62,6 +62,12 @@ impl Ranks {
         self.sources.entry(source).or_default().end.get_or_insert(ended);
     }
 
+    /// The measuring processes (by the pids their start records give) that
+    /// have not said how they ended.
+    pub fn unfinished_pids(&self) -> Vec<u32> {
+        self.sources.values().filter(|s| s.end.is_none()).filter_map(|s| s.start.as_ref()?.pid).collect()
+    }
+
     pub fn start_of(&self, source: Source) -> Option<&StartRecord> {
         self.sources.get(&source)?.start.as_ref()
     }
