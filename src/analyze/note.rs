@@ -44,6 +44,9 @@ pub enum Note {
     BatchIgnored { small: u64, large: u64, peak_bytes: u64 },
     /// The command makes no optimizer: its backward passes were its steps.
     BackwardSteps,
+    /// At the max batch the CUDA caching allocator freed its cache to
+    /// satisfy a request (`num_alloc_retries`): it runs at the edge.
+    AllocRetries { batch: u64, retries: u64 },
 }
 
 impl fmt::Display for Note {
@@ -100,6 +103,12 @@ impl fmt::Display for Note {
                  job's memory (a flag the script does not read, or a config file that sets the batch size); the \
                  sweep stopped",
                 human_bytes(*peak_bytes as f64)
+            ),
+            Note::AllocRetries { batch, retries } => write!(
+                f,
+                "at the max batch {batch} the CUDA caching allocator freed its cache {retries} time(s) to satisfy a \
+                 request (num_alloc_retries): the job fits at the edge of memory and each retry stalls the GPU; a \
+                 batch or two lower avoids it"
             ),
             Note::BackwardSteps => f.write_str(
                 "your command makes no torch.optim optimizer: each backward pass, with the update after it, was \

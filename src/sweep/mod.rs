@@ -254,6 +254,16 @@ impl Sweep<'_> {
         Ok(())
     }
 
+    /// The caching allocator's retries at the max batch (Composer calls it
+    /// thrashing): said once, when any step there counted one.
+    fn note_alloc_retries(&mut self, max: u64) {
+        let at_max = self.report.trials.iter().filter(|t| t.batch == max && t.outcome == Outcome::Fits);
+        let retries = at_max.flat_map(|t| t.steps.iter().filter_map(|s| s.alloc_retries)).max().unwrap_or(0);
+        if max > 0 && retries > 0 {
+            self.report.notes.push(Note::AllocRetries { batch: max, retries });
+        }
+    }
+
     /// Whether this trial shows the command ignoring `{batch}`: its peak
     /// (before the optimizer step where known, where the batch's tensors
     /// live) the same as a trial's at a batch at least 4 times apart. A
@@ -355,6 +365,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
     sweep.search_capacity(&result)?;
     sweep.verify_recommended(&mut result)?;
     sweep.explain_max(&mut result)?;
+    sweep.note_alloc_retries(result.max_batch);
 
     let mut report = sweep.report;
     report.notes.extend(sweep.runner.how_trials_start().map(|text| Note::TrialStart { text }));

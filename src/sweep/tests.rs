@@ -28,6 +28,8 @@ struct Scripted {
     per_sample: u64,
     capacity: u64,
     growth: u64,
+    /// From this batch on, each step counts an allocator retry (CUDA's num_alloc_retries).
+    retries_from: u64,
     ran: Vec<u64>,
     /// The batches whose trial was asked for a breakdown.
     explained: Vec<u64>,
@@ -35,7 +37,15 @@ struct Scripted {
 
 impl Scripted {
     fn new(fixed: u64, per_sample: u64, capacity: u64) -> Scripted {
-        Scripted { fixed, per_sample, capacity, growth: 0, ran: Vec::new(), explained: Vec::new() }
+        Scripted {
+            fixed,
+            per_sample,
+            capacity,
+            growth: 0,
+            retries_from: u64::MAX,
+            ran: Vec::new(),
+            explained: Vec::new(),
+        }
     }
 }
 
@@ -66,6 +76,7 @@ impl TrialRunner for Scripted {
                 allocated_bytes: self.fixed + self.growth * u64::from(step),
                 peak_allocated_bytes: peak,
                 host_peak_rss_bytes: Some(peak),
+                alloc_retries: (batch >= self.retries_from).then_some(u64::from(step)),
                 ..StepRecord::default()
             };
             on_step(&s);
@@ -149,6 +160,45 @@ fn a_sweep_finds_the_exact_max_and_runs_the_batch_it_recommends() {
     let trials = report.trials.len();
     let steps: usize = report.trials.iter().map(|t| t.steps.len()).sum();
     assert_eq!((sink.started, sink.done, sink.steps, sink.reports), (trials, trials, steps, trials + 2));
+}
+
+#[test]
+fn allocator_retries_at_the_max_batch_are_noted_with_their_count() {
+    let (fixed, per_sample) = (100 * MIB, MIB);
+    let capacity = fixed + 37 * per_sample;
+    let cfg = config(Subject::of_workload(workload("resnet18", vec![3, 32, 32])), capacity, 1);
+    for (retries_from, noted) in [(30, Some(Note::AllocRetries { batch: 37, retries: 3 })), (38, None)] {
+        let mut runner = Scripted { retries_from, ..Scripted::new(fixed, per_sample, capacity) };
+        let report = run(&cfg, &mut runner, &mut Counting::default()).unwrap();
+        let said = report.notes.iter().find(|n| matches!(n, Note::AllocRetries { .. })).cloned();
+        assert_eq!(said, noted, "retries from batch {retries_from}: {:?}", report.notes);
+    }
+}
+
+#[test]
+fn a_budget_tighter_than_batch_one_searches_what_the_capacity_holds() {
+    // Synthetic: batch 1 peaks at 101 MiB, in the 10% margin of 110 MiB; the capacity holds batch 10.
+    let (fixed, per_sample) = (100 * MIB, MIB);
+    let capacity = fixed + 10 * per_sample;
+    let mut runner = Scripted::new(fixed, per_sample, capacity);
+    let cfg = SweepConfig {
+        margin_fraction: 0.10,
+        ..config(Subject::of_workload(workload("resnet18", vec![3, 32, 32])), capacity, 1)
+    };
+    let report = run(&cfg, &mut runner, &mut Counting::default()).unwrap();
+    assert_eq!(report.analysis.as_ref().unwrap().max_batch, 0, "nothing fits as asked");
+    let said = report.notes.iter().find_map(|n| match n {
+        Note::FitsOnlyInMargin { batch, peak_bytes, admitting, .. } => Some((*batch, *peak_bytes, *admitting)),
+        _ => None,
+    });
+    let (batch, peak, admitting) = said.unwrap_or_else(|| panic!("{:?}", report.notes));
+    assert_eq!((batch, peak), (10, capacity));
+    assert_eq!(admitting, 0.0, "the peak fills the capacity: only no margin admits it");
+    // No trial ran twice: the second search reuses what the first measured.
+    let mut ran = runner.ran.clone();
+    ran.sort_unstable();
+    ran.dedup();
+    assert_eq!(ran.len(), runner.ran.len(), "{:?}", runner.ran);
 }
 
 #[test]
