@@ -1,6 +1,7 @@
-//! Compiles the C++ shim in `csrc/` against the libtorch that torch-sys found
-//! (handed to us as `DEP_TCH_LIBTORCH_LIB`, torch-sys's `links = "tch"`), and
-//! links so that CUDA stays visible on GPU hosts.
+//! With the `builtin` feature: compiles the C++ shim in `csrc/` against the
+//! libtorch that torch-sys found (handed to us as `DEP_TCH_LIBTORCH_LIB`,
+//! torch-sys's `links = "tch"`), and links so that CUDA stays visible on GPU
+//! hosts. Without it there is nothing to compile or link.
 use std::env;
 use std::path::PathBuf;
 
@@ -13,6 +14,10 @@ fn main() {
     let tch = env::var("VRAMPROBE_TCH_VERSION").unwrap_or_else(|_| "0.26".into());
     println!("cargo:rustc-env=VRAMPROBE_TCH_VERSION={tch}");
 
+    // Without the `builtin` feature nothing links libtorch: command mode only.
+    if env::var_os("CARGO_FEATURE_BUILTIN").is_none() {
+        return;
+    }
     let Some(lib_dir) = env::var_os("DEP_TCH_LIBTORCH_LIB").map(PathBuf::from) else {
         panic!("torch-sys did not report its libtorch lib dir (DEP_TCH_LIBTORCH_LIB); run ./scripts/vramprobe or source scripts/env.sh first");
     };

@@ -63,10 +63,10 @@ _vp_install_torch() {
 vramprobe_build() {
   local profile="${1:-release}" target="${CARGO_TARGET_DIR:-$_vp_root/target}"
   if [ -x "$target/$profile/vramprobe" ]; then
-    cargo build --profile "$profile" --quiet --manifest-path "$_vp_root/Cargo.toml"
+    cargo build --profile "$profile" --features builtin --quiet --manifest-path "$_vp_root/Cargo.toml"
   else
     echo "vramprobe: building vramprobe ($profile, about 4 minutes on 2 cores the first time) into $target" >&2
-    cargo build --profile "$profile" --manifest-path "$_vp_root/Cargo.toml"
+    cargo build --profile "$profile" --features builtin --manifest-path "$_vp_root/Cargo.toml"
   fi
 }
 

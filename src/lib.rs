@@ -26,5 +26,6 @@ pub mod measure;
 pub mod record;
 pub mod report;
 pub mod sweep;
+#[cfg(feature = "builtin")]
 pub mod train;
 pub mod units;

@@ -3,6 +3,7 @@
 //! field where there is one, and a non-zero exit code; none a panic or a
 //! backtrace. A plan a spreadsheet saved back still loads when its content
 //! is valid.
+#![cfg(feature = "builtin")]
 use std::path::Path;
 
 use assert_cmd::Command;

@@ -1,6 +1,7 @@
 //! The search benchmark runs end to end (its SYNTHETIC part; the real part
 //! takes minutes and is run by ./scripts/bench-search) and writes the columns
 //! the issue promises.
+#![cfg(feature = "builtin")]
 use assert_cmd::Command;
 
 #[test]

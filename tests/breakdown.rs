@@ -5,6 +5,7 @@
 //! Built-in resnet18 through vramprobe's ledger, and the example script in
 //! command mode through torch's memory profile. No byte count here is
 //! written down: each is measured, or follows from the model's shapes.
+#![cfg(feature = "builtin")]
 use std::path::Path;
 
 use vramprobe::analyze::run::Report;

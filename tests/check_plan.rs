@@ -1,5 +1,6 @@
 //! The pre-flight check's exit codes on real CPU runs, `plan` for GPUs you do
 //! not have, the profiles in profiles/, and `--device all` without a GPU.
+#![cfg(feature = "builtin")]
 use std::path::Path;
 
 use common::{capacity_for_max, vramprobe};

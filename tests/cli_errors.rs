@@ -1,5 +1,6 @@
 //! Every bad input gets one clear line and the documented exit code (2 for
 //! usage errors, 1 for runtime failures), never a panic or a backtrace.
+#![cfg(feature = "builtin")]
 use assert_cmd::Command;
 
 fn vramprobe() -> Command {

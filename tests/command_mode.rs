@@ -2,6 +2,7 @@
 //! vramprobe's Python hook. Runs the example script under the cached torch
 //! (with torchvision beside it, which ./scripts/test installs); where they
 //! are missing the tests are counted as skipped.
+#![cfg(feature = "builtin")]
 use std::path::Path;
 use vramprobe::record::trial::Outcome;
 

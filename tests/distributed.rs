@@ -3,6 +3,7 @@
 //! torchvision beside it, which ./scripts/test installs); where they are
 //! missing the tests are counted as skipped. FSDP's CPU run is not exact (see
 //! docs/distributed.md): it is covered by scripts/gpu-check.
+#![cfg(feature = "builtin")]
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

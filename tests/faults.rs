@@ -1,4 +1,5 @@
 //! Needs the TEST-ONLY `fault-injection` feature (./scripts/test enables it).
+#![cfg(feature = "builtin")]
 #![cfg(feature = "fault-injection")]
 //! The fault matrix: every fault a sweep or a training run can meet, each
 //! real (a real OOM inside libtorch, a real signal, a real hang, a real

@@ -6,6 +6,7 @@
 //!
 //! The suite runs a fixed, seeded number of cases; `./scripts/fuzz SECONDS`
 //! runs it for as long as asked (VRAMPROBE_FUZZ_SECONDS), with fresh seeds.
+#![cfg(feature = "builtin")]
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! The GPU validation kit's script, dry-run on the CPU (every step but the
 //! GPU-only parity), so that it works the day a GPU is lent.
+#![cfg(feature = "builtin")]
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,5 +1,6 @@
 //! The shim's host tracker counts exactly. One test function on purpose: the
 //! tracker's counters are process-wide, so checks must not run in parallel.
+#![cfg(feature = "builtin")]
 use tch::{Device, Kind, Tensor};
 use vramprobe::measure::meter::MemoryMeter;
 use vramprobe::measure::shim;

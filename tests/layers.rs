@@ -10,6 +10,7 @@
 //! 5. record (the values both share: the trial protocol, results, subjects)
 //! 6. units, interrupt
 //! 7. error
+#![cfg(feature = "builtin")]
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,7 @@
 //! model.parameters()), default constructor arguments), and the GPTs have
 //! GPT-2's (computed with scripts/torch_gpt.py, nanoGPT's model, on the meta
 //! device; the output layer shares the token embedding).
+#![cfg(feature = "builtin")]
 use vramprobe::measure::model;
 
 const TORCHVISION_PARAMETERS: [(&str, i64); 14] = [

@@ -4,6 +4,7 @@
 //! Needs the cached torch (LIBTORCH) and torchvision next to it, both of
 //! which ./scripts/test installs; where either is missing the test is
 //! counted as skipped in the suite's summary.
+#![cfg(feature = "builtin")]
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -8,6 +8,7 @@
 //! for literal byte counts in `assert` lines. A line that states a size on
 //! purpose (a usage error, a GPU's advertised memory) says why with a
 //! `not a measurement` comment.
+#![cfg(feature = "builtin")]
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");

@@ -1,6 +1,7 @@
 //! `vramprobe report` re-renders a sweep's folder byte for byte: every view
 //! is a pure function of report.json (and, for a folder per variant, of
 //! run.json), and nothing is recomputed or left out on the way.
+#![cfg(feature = "builtin")]
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,7 @@
 //! dies from a signal, hangs, exits with an error, or breaks the protocol.
 //! A stand-in is run as `child.sh trial --spec DIR/spec.json` and writes its
 //! records to `DIR/records.jsonl`, as the real child does.
+#![cfg(feature = "builtin")]
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
 //! Real CPU sweeps through the binary: exact, linear, predictive, and with
 //! output files that parse back with stable headers.
+#![cfg(feature = "builtin")]
 use std::path::Path;
 
 use common::{capacity_for_max, trial, vramprobe, DEFAULT_MARGIN};

@@ -1,5 +1,6 @@
 //! The companion trainer: accumulation math, a real OOM back-off under a CPU
 //! capacity, plan errors, and exact resume from a checkpoint.
+#![cfg(feature = "builtin")]
 use std::path::Path;
 
 use common::{capacity_for_max, vramprobe};

@@ -2,6 +2,7 @@
 //! `vramprobe report` reproducing them from a saved run, the page rendered
 //! by headless Chromium, progress that stays out of scripts' output, shell
 //! completions and help examples.
+#![cfg(feature = "builtin")]
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 

@@ -1,6 +1,7 @@
 //! The workloads users train beyond fp32 image classifiers: several
 //! precisions and modes in one sweep, their own TorchScript model, and a
 //! GPT with a sequence-length axis (real CPU trials through the binary).
+#![cfg(feature = "builtin")]
 use std::path::Path;
 
 use common::{trial_peak, vramprobe};

@@ -13,7 +13,8 @@ struct ModelLine {
     family: &'static str,
     input: String,
     classes: i64,
-    parameters: i64,
+    /// Counted by building the model: only where libtorch is linked.
+    parameters: Option<i64>,
 }
 
 pub fn models(args: ListArgs) -> Result<i32> {
@@ -24,7 +25,7 @@ pub fn models(args: ListArgs) -> Result<i32> {
             family: m.family,
             input: format_input(m.default_input),
             classes: m.default_classes,
-            parameters: m.parameter_count(m.default_classes),
+            parameters: parameter_count(m),
         })
         .collect();
     if args.json {
@@ -39,11 +40,24 @@ pub fn models(args: ListArgs) -> Result<i32> {
             l.family.to_string(),
             l.input.clone(),
             l.classes.to_string(),
-            group_thousands(l.parameters),
+            l.parameters.map_or_else(|| "-".into(), group_thousands),
         ]);
     }
     println!("{t}");
+    if lines.iter().any(|l| l.parameters.is_none()) {
+        println!("parameters: counted by building each model, which needs the built-in models (libtorch)");
+    }
     Ok(0)
+}
+
+fn parameter_count(m: &model::ModelSpec) -> Option<i64> {
+    #[cfg(feature = "builtin")]
+    return Some(m.parameter_count(m.default_classes));
+    #[cfg(not(feature = "builtin"))]
+    {
+        let _ = m;
+        None
+    }
 }
 
 fn group_thousands(n: i64) -> String {

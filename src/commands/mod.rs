@@ -13,7 +13,9 @@ mod plan;
 pub mod preset;
 mod report;
 mod sweep;
+#[cfg(feature = "builtin")]
 mod train;
+#[cfg(feature = "builtin")]
 mod trial;
 
 use std::path::PathBuf;
@@ -26,7 +28,9 @@ use crate::error::UsageError;
 use crate::measure::command::{CommandRunner, CommandRuns};
 use crate::measure::model;
 use crate::measure::preimport::TrialStart;
-use crate::measure::runner::{BuiltInRunner, TrialRunner};
+#[cfg(feature = "builtin")]
+use crate::measure::runner::BuiltInRunner;
+use crate::measure::runner::TrialRunner;
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::subject::Subject;
 use crate::record::workload::{Mode, OptimizerKind, Precision, WorkloadConfig};
@@ -42,8 +46,12 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Sweep(args) => sweep::run(args),
         Command::Models(args) => list::models(args),
         Command::Devices(args) => list::devices(args),
+        #[cfg(feature = "builtin")]
         Command::Trial(args) => trial::run(args),
+        #[cfg(feature = "builtin")]
         Command::Train(args) => train::run(args),
+        #[cfg(not(feature = "builtin"))]
+        Command::Trial(_) | Command::Train(_) => Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into()),
         Command::Plan(args) => plan::run(args),
         Command::Check(args) => check::run(args),
         Command::Exec(args) => exec::run(args),
@@ -67,6 +75,11 @@ fn trial_runner(
     fresh_process: bool,
 ) -> Result<Box<dyn TrialRunner + Send>> {
     Ok(match subject {
+        #[cfg(not(feature = "builtin"))]
+        Subject::BuiltIn(_) | Subject::TorchScript(_) => {
+            return Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into())
+        }
+        #[cfg(feature = "builtin")]
         Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
             exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
             trials_dir,
@@ -97,6 +110,9 @@ struct Base {
 }
 
 fn base(args: &WorkloadArgs, preset: Option<preset::WorkloadProfile>) -> Result<Base> {
+    if !cfg!(feature = "builtin") && (args.model.is_some() || preset.is_some()) {
+        return Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into());
+    }
     let model = match (&args.model, &preset) {
         (Some(m), _) => m.clone(),
         (None, Some(p)) => p.model.clone(),
@@ -185,6 +201,13 @@ fn resolve(base: &Base, precision: Precision, mode: Mode) -> Result<WorkloadConf
 
 /// A TorchScript model's class count: the last dimension of its output for
 /// one sample, run here on the CPU (which also proves the file loads).
+#[cfg(not(feature = "builtin"))]
+fn torchscript_classes(_model: &str, _input: &[i64]) -> Result<i64> {
+    Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into())
+}
+
+/// A TorchScript model's class count (see above): needs libtorch to load it.
+#[cfg(feature = "builtin")]
 fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
     let config = WorkloadConfig {
         model: model.to_string(),

@@ -21,9 +21,10 @@ pub fn capture() -> Environment {
     let versions = Nvml::open().map(|n| n.versions()).unwrap_or_default();
     Environment {
         vramprobe_version: env!("CARGO_PKG_VERSION").into(),
-        torch_version: crate::measure::shim::torch_version(),
-        tch_version: TCH_VERSION.into(),
-        torch_cuda_version: crate::measure::shim::cuda_runtime_version(),
+        // A build without the built-in models links no libtorch: a command runs its own torch.
+        torch_version: crate::measure::linked::torch_version().unwrap_or_else(|| "not linked".into()),
+        tch_version: if cfg!(feature = "builtin") { TCH_VERSION.into() } else { "not linked".into() },
+        torch_cuda_version: crate::measure::linked::cuda_runtime_version(),
         nvidia_driver_version: versions.driver,
         cuda_driver_version: versions.cuda_driver,
         os,

@@ -2,6 +2,7 @@
 //! out-of-memory or another error, and libtorch's panics (tch panics on some
 //! errors) caught and turned into such errors, with their messages cut to
 //! one line.
+#[cfg(feature = "builtin")]
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Where in the step a failure happened.
@@ -103,6 +104,7 @@ pub fn first_line(message: &str) -> String {
 }
 
 /// Runs `f`, converting both `Err` and a panic into a classified error.
+#[cfg(feature = "builtin")]
 pub fn guarded<T>(phase: Phase, f: impl FnOnce() -> Result<T, tch::TchError>) -> Result<T, StepError> {
     crate::measure::shim::ledger_set_phase(phase.ledger_id());
     let was = GUARDED.with(|g| g.replace(true));

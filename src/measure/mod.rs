@@ -10,11 +10,17 @@
 //! [`environment`], and TEST-ONLY [`fault`] injection (only with the
 //! `fault-injection` feature).
 //!
+//! Everything that links libtorch (the built-in child, its models, the
+//! shim, the ledger's breakdown) is built with the `builtin` feature only;
+//! the rest (the runner, command mode, devices through NVML) needs none.
+//!
 //! Layer 4, beside `analyze` (neither imports the other): may import
 //! `record`, `units`, `interrupt` and `error`; nothing here knows about
 //! analysis, reports or the command line.
+#[cfg(feature = "builtin")]
 pub mod breakdown;
 pub mod command;
+#[cfg(feature = "builtin")]
 pub mod data;
 pub mod device;
 pub mod environment;
@@ -23,14 +29,20 @@ pub mod failure;
 // (./scripts/test's); every other build has the no-op stand-in.
 #[cfg(feature = "fault-injection")]
 pub mod fault;
-#[cfg(not(feature = "fault-injection"))]
+#[cfg(all(feature = "builtin", not(feature = "fault-injection")))]
 #[path = "no_fault.rs"]
 pub mod fault;
+pub mod linked;
+#[cfg(feature = "builtin")]
 pub mod meter;
 pub mod model;
+#[cfg(feature = "builtin")]
 pub mod optim;
 pub mod preimport;
 pub mod runner;
+#[cfg(feature = "builtin")]
 pub mod shim;
+#[cfg(feature = "builtin")]
 pub mod trial;
+#[cfg(feature = "builtin")]
 pub mod workload;

@@ -54,7 +54,10 @@ pub fn info() -> DeviceInfo {
         device: Device::Cpu,
         name: model_name(),
         total_bytes: total_memory_bytes(),
-        detail: format!("{threads} threads; torch {}", crate::measure::shim::torch_version()),
+        detail: match crate::measure::linked::torch_version() {
+            Some(torch) => format!("{threads} threads; torch {torch}"),
+            None => format!("{threads} threads"),
+        },
     }
 }
 

@@ -38,9 +38,9 @@ pub fn alloc_conf_with_fraction(existing: Option<&str>, fraction: f64) -> String
     }
 }
 
-/// How many CUDA devices libtorch sees (0 without a driver or GPU).
+/// How many CUDA devices there are (0 without a driver or GPU).
 pub fn device_count() -> usize {
-    tch::Cuda::device_count().max(0) as usize
+    crate::measure::linked::cuda_device_count()
 }
 
 /// The device's total memory as NVML reports it (no CUDA context is made).
@@ -69,16 +69,18 @@ pub fn list() -> Vec<DeviceInfo> {
                 .and_then(|n| n.name_and_total(i).ok())
                 .map(|(n, t)| (n, Some(t)))
                 .unwrap_or_else(|| ("CUDA device (NVML unavailable)".into(), None));
+            let linked = crate::measure::linked::torch_version().map_or(String::new(), |torch| {
+                let cuda = crate::measure::linked::cuda_runtime_version();
+                format!("; torch {torch} built for CUDA {}", cuda.as_deref().unwrap_or("?"))
+            });
             DeviceInfo {
                 device: Device::Cuda(i),
                 name,
                 total_bytes: total,
                 detail: format!(
-                    "driver {}; CUDA driver {}; torch {} built for CUDA {}",
+                    "driver {}; CUDA driver {}{linked}",
                     versions.driver.as_deref().unwrap_or("?"),
                     versions.cuda_driver.as_deref().unwrap_or("?"),
-                    crate::measure::shim::torch_version(),
-                    crate::measure::shim::cuda_runtime_version().unwrap_or_else(|| "?".into()),
                 ),
             }
         })

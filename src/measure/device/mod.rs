@@ -23,6 +23,7 @@ pub fn capacity_limit(device: Device, capacity: Option<u64>) -> Result<CapacityL
 }
 
 /// libtorch's name for a device.
+#[cfg(feature = "builtin")]
 pub fn tch_device(device: Device) -> tch::Device {
     match device {
         Device::Cpu => tch::Device::Cpu,

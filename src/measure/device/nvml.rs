@@ -27,6 +27,11 @@ impl Nvml {
         }
     }
 
+    /// How many GPUs the driver lists.
+    pub fn device_count(&self) -> usize {
+        self.0.device_count().map_or(0, |n| n as usize)
+    }
+
     pub fn name_and_total(&self, index: usize) -> Result<(String, u64), String> {
         let device = self.0.device_by_index(index as u32).map_err(|e| e.to_string())?;
         let name = device.name().map_err(|e| e.to_string())?;

@@ -18,7 +18,6 @@ pub struct GptShape {
 }
 
 /// GPT-2's vocabulary (50,257 tokens), the default class count.
-pub const GPT2_VOCAB: i64 = 50257;
 
 #[derive(Debug)]
 struct Block {

@@ -3,45 +3,61 @@
 //! Parameter counts equal torchvision's (or GPT-2's) for the same name. Each
 //! built-in model runs the same ops as its original, in-place activations
 //! included, so its memory per step is PyTorch's (./scripts/parity).
+#[cfg(feature = "builtin")]
 mod alexnet;
+#[cfg(feature = "builtin")]
 mod densenet;
+#[cfg(feature = "builtin")]
 mod efficientnet;
+#[cfg(feature = "builtin")]
 mod gpt;
+#[cfg(feature = "builtin")]
 mod inception;
+#[cfg(feature = "builtin")]
 mod layers;
+#[cfg(feature = "builtin")]
 mod resnet;
+#[cfg(feature = "builtin")]
 mod torchscript;
+#[cfg(feature = "builtin")]
 mod vgg;
 
 use std::path::Path;
 
-use gpt::{GptShape, GPT2_VOCAB};
+#[cfg(feature = "builtin")]
+use gpt::GptShape;
+#[cfg(feature = "builtin")]
 use tch::{nn, nn::ModuleT, vision, TchError, Tensor};
 
 use crate::error::UsageError;
 
 /// What a forward pass returns in training: the logits, plus auxiliary logits
 /// where the architecture trains with them (inception_v3).
+#[cfg(feature = "builtin")]
 pub struct Outputs {
     pub logits: Tensor,
     pub aux: Option<Tensor>,
 }
 
 /// A trainable network.
+#[cfg(feature = "builtin")]
 pub trait Network: std::fmt::Debug + Send {
     fn forward(&self, xs: &Tensor, train: bool) -> Result<Outputs, TchError>;
 }
 
 /// A tch `ModuleT` with a single output.
+#[cfg(feature = "builtin")]
 #[derive(Debug)]
 struct Plain<M>(M);
 
+#[cfg(feature = "builtin")]
 impl<M: ModuleT> Network for Plain<M> {
     fn forward(&self, xs: &Tensor, train: bool) -> Result<Outputs, TchError> {
         Ok(Outputs { logits: self.0.forward_t(xs, train), aux: None })
     }
 }
 
+#[cfg(feature = "builtin")]
 fn plain<M: ModuleT + 'static>(m: M) -> Box<dyn Network> {
     Box::new(Plain(m))
 }
@@ -54,6 +70,7 @@ pub enum InputKind {
     Tokens,
 }
 
+#[cfg(feature = "builtin")]
 type Builder = fn(&nn::Path, i64) -> Box<dyn Network>;
 
 /// A registry entry.
@@ -64,10 +81,13 @@ pub struct ModelSpec {
     pub default_classes: i64,
     pub family: &'static str,
     pub input_kind: InputKind,
+    #[cfg(feature = "builtin")]
     build: Builder,
 }
 
 const IMAGENET: &[i64] = &[3, 224, 224];
+/// GPT-2's vocabulary (its token classes).
+pub const GPT2_VOCAB: i64 = 50257;
 /// GPT-2's context: the longest sequence, the default length.
 const GPT2_CONTEXT: &[i64] = &[1024];
 
@@ -78,6 +98,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "ResNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(resnet::resnet18(p, c)),
     },
     ModelSpec {
@@ -86,6 +107,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "ResNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(resnet::resnet34(p, c)),
     },
     ModelSpec {
@@ -94,6 +116,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "ResNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(resnet::resnet50(p, c)),
     },
     ModelSpec {
@@ -102,6 +125,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "ResNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(resnet::resnet101(p, c)),
     },
     ModelSpec {
@@ -110,6 +134,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "ResNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(resnet::resnet152(p, c)),
     },
     ModelSpec {
@@ -118,6 +143,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "VGG",
+        #[cfg(feature = "builtin")]
         build: |p, c| plain(vgg::vgg11(p, c)),
     },
     ModelSpec {
@@ -126,6 +152,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "VGG",
+        #[cfg(feature = "builtin")]
         build: |p, c| plain(vgg::vgg16(p, c)),
     },
     ModelSpec {
@@ -134,6 +161,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "VGG",
+        #[cfg(feature = "builtin")]
         build: |p, c| plain(vgg::vgg16_bn(p, c)),
     },
     ModelSpec {
@@ -142,6 +170,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "DenseNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| plain(densenet::densenet121(p, c)),
     },
     ModelSpec {
@@ -150,6 +179,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "MobileNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| plain(vision::mobilenet::v2(p, c)),
     },
     ModelSpec {
@@ -158,6 +188,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "EfficientNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| plain(efficientnet::b0(p, c)),
     },
     ModelSpec {
@@ -166,6 +197,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "SqueezeNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| plain(vision::squeezenet::v1_1(p, c)),
     },
     ModelSpec {
@@ -174,6 +206,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "AlexNet",
+        #[cfg(feature = "builtin")]
         build: |p, c| plain(alexnet::alexnet(p, c)),
     },
     ModelSpec {
@@ -182,6 +215,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: 1000,
         input_kind: InputKind::Image,
         family: "Inception",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(inception::v3(p, c)),
     },
     ModelSpec {
@@ -190,6 +224,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: GPT2_VOCAB,
         input_kind: InputKind::Tokens,
         family: "GPT",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 12, heads: 12, width: 768, context: 1024 }, c)),
     },
     ModelSpec {
@@ -198,6 +233,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: GPT2_VOCAB,
         input_kind: InputKind::Tokens,
         family: "GPT",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 24, heads: 16, width: 1024, context: 1024 }, c)),
     },
     ModelSpec {
@@ -206,6 +242,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: GPT2_VOCAB,
         input_kind: InputKind::Tokens,
         family: "GPT",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 36, heads: 20, width: 1280, context: 1024 }, c)),
     },
     ModelSpec {
@@ -214,6 +251,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: GPT2_VOCAB,
         input_kind: InputKind::Tokens,
         family: "GPT",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 48, heads: 25, width: 1600, context: 1024 }, c)),
     },
     ModelSpec {
@@ -222,6 +260,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: GPT2_VOCAB,
         input_kind: InputKind::Tokens,
         family: "GPT",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 6, heads: 6, width: 192, context: 1024 }, c)),
     },
     ModelSpec {
@@ -230,6 +269,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: GPT2_VOCAB,
         input_kind: InputKind::Tokens,
         family: "GPT",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 4, heads: 4, width: 128, context: 1024 }, c)),
     },
     ModelSpec {
@@ -238,6 +278,7 @@ const MODELS: &[ModelSpec] = &[
         default_classes: GPT2_VOCAB,
         input_kind: InputKind::Tokens,
         family: "GPT",
+        #[cfg(feature = "builtin")]
         build: |p, c| Box::new(gpt::gpt(p, GptShape { layers: 3, heads: 3, width: 48, context: 1024 }, c)),
     },
 ];
@@ -275,6 +316,7 @@ impl Source<'_> {
     /// Builds the network's variables under `path` (on the path's device).
     /// `bf16`: a loaded module converts itself whole (the caller converts
     /// the variable store of a built-in one).
+    #[cfg(feature = "builtin")]
     pub fn build(&self, path: &nn::Path, classes: i64, bf16: bool) -> Result<Box<dyn Network>, TchError> {
         match self {
             Source::BuiltIn(spec) => Ok(spec.build(path, classes)),
@@ -296,6 +338,7 @@ pub fn find(name: &str) -> Result<&'static ModelSpec, UsageError> {
     })
 }
 
+#[cfg(feature = "builtin")]
 impl ModelSpec {
     /// Builds the network's variables under `path` (on the path's device).
     pub fn build(&self, path: &nn::Path, classes: i64) -> Box<dyn Network> {
@@ -313,6 +356,7 @@ impl ModelSpec {
 
 /// Trainable parameters held by a variable store (buffers such as batch norm
 /// running statistics are not parameters).
+#[cfg(feature = "builtin")]
 pub fn parameter_count(vs: &nn::VarStore) -> i64 {
     vs.trainable_variables().iter().map(Tensor::numel).map(|n| n as i64).sum()
 }
