@@ -3,7 +3,8 @@
 //! crate without its `builtin` feature, so with no libtorch at build or run
 //! time, installed with pip into a fresh venv that sees the cached torch
 //! (as a user's own environment has its torch), sweeps and checks a
-//! command through the installed `vramprobe`.
+//! command through the installed `vramprobe`; `cargo install --path .`
+//! builds the same binary without libtorch.
 //!
 //! Needs maturin (./scripts/test installs it into the cache and names it in
 //! VRAMPROBE_MATURIN) and the cached torch with torchvision; without them
@@ -134,6 +135,22 @@ fn the_wheel_installs_a_vramprobe_without_libtorch_that_sweeps_and_checks_a_comm
     ]);
     assert_eq!(check.status.code(), Some(0), "{}", text(&check));
     assert!(String::from_utf8_lossy(&check.stdout).starts_with("FITS: "), "{}", text(&check));
+
+    // `cargo install --path .` builds the same command-mode binary with no
+    // libtorch in sight (the wheel's build folder, so nothing compiles twice).
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = dir.path().join("cargo-root");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| Path::new(ROOT).join("target"), PathBuf::from);
+    let cargo_install = run(Command::new(cargo)
+        .args(["install", "--quiet", "--path", ROOT, "--root"])
+        .arg(&root)
+        .arg("--target-dir")
+        .arg(target.join("wheel"))
+        .env_remove("LIBTORCH")
+        .env_remove("LD_LIBRARY_PATH"));
+    assert!(cargo_install.status.success(), "cargo install: {}", text(&cargo_install));
+    let linked = run(Command::new("ldd").arg(root.join("bin/vramprobe")));
+    assert!(!String::from_utf8_lossy(&linked.stdout).contains("torch"), "{}", text(&linked));
 
     // The built-in models need libtorch: one line says how to get them.
     let built_in = installed_command(&["sweep", "--model", "resnet18"]);
