@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+use crate::measure::device::caching_allocator::CachingAllocator;
 use crate::measure::failure::StepError;
 use crate::measure::meter::MemoryMeter;
 use crate::measure::workload::Workload;
@@ -64,6 +65,9 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
         Ok(f) => f,
         Err(message) => bail!(message),
     };
+    // On the CPU, the same steps on a GPU: their trace replayed through a
+    // model of CUDA's caching allocator, its cache kept from step to step.
+    let mut cuda_model = (spec.device == Device::Cpu).then(CachingAllocator::new);
     for step in 1..=spec.steps {
         crate::measure::fault::at_step(fault, spec.batch, step);
         meter.reset_peak();
@@ -92,6 +96,12 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
         let phases = breakdown::phase_peaks(&baseline, &events, marks.backward_end).scaled_to(rec.peak_allocated_bytes);
         rec.forward_backward_peak_bytes = Some(phases.forward_backward_bytes);
         rec.optimizer_peak_bytes = Some(phases.optimizer_bytes);
+        if let Some(model) = cuda_model.as_mut() {
+            let live = baseline.iter().map(|l| (l.ptr, l.size.max(0) as u64));
+            let trace = events.iter().map(|e| (e.ptr, e.size));
+            // Unbounded: the model cannot run out, so every step has its prediction.
+            rec.predicted_cuda_peak_reserved_bytes = model.replay_step(live, trace).ok();
+        }
         if spec.breakdown {
             let breakdown =
                 breakdown::from_ledger(&baseline, &events, &marks, rec.peak_allocated_bytes, shim::ledger_op_name);

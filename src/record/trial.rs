@@ -22,7 +22,7 @@ use crate::record::workload::WorkloadConfig;
 /// The version of the trial protocol (the spec and the records); bump it
 /// when either changes. The hook writes the same number
 /// (`PROTOCOL_VERSION` in vramprobe_hook.py; a test checks they agree).
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The trial's spec in its folder.
 pub const SPEC_FILE: &str = "spec.json";
@@ -129,6 +129,12 @@ pub struct StepRecord {
     /// optimizer's peak barely grows with the batch while backward's does.
     pub forward_backward_peak_bytes: Option<u64>,
     pub optimizer_peak_bytes: Option<u64>,
+    /// A built-in model's CPU step: the peak bytes a CUDA device would
+    /// reserve for the same allocations and frees, in the same order, by
+    /// the model of its caching allocator (measure::device::caching_allocator).
+    /// The CPU's own op semantics stand (autocast casts other ops on CUDA).
+    #[serde(default)]
+    pub predicted_cuda_peak_reserved_bytes: Option<u64>,
     /// What the step's peak is made of, when it was broken down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<Box<Breakdown>>,

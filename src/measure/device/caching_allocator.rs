@@ -268,6 +268,38 @@ impl CachingAllocator {
         }
     }
 
+    /// Replays one step of a trace recorded elsewhere and returns its peak
+    /// reserved bytes: first the allocations live when the step began
+    /// (`(address, bytes)`: any the model does not hold are allocated, any
+    /// it holds that are gone are freed, so allocations made between logged
+    /// steps are kept in step), then the step's events in order
+    /// (`(address, bytes)`, a negative size a free).
+    pub fn replay_step(
+        &mut self,
+        live: impl IntoIterator<Item = (u64, u64)>,
+        events: impl IntoIterator<Item = (u64, i64)>,
+    ) -> Result<u64, OutOfMemory> {
+        let live: HashMap<u64, u64> = live.into_iter().collect();
+        let gone: Vec<u64> = self.live.keys().filter(|id| !live.contains_key(id)).copied().collect();
+        for id in gone {
+            self.free(id);
+        }
+        let mut new: Vec<(u64, u64)> = live.into_iter().filter(|(id, _)| !self.live.contains_key(id)).collect();
+        new.sort_unstable();
+        for (id, bytes) in new {
+            self.alloc(id, bytes)?;
+        }
+        self.reset_peaks();
+        for (id, size) in events {
+            if size >= 0 {
+                self.alloc(id, size as u64)?;
+            } else {
+                self.free(id);
+            }
+        }
+        Ok(self.peak_reserved)
+    }
+
     fn expandable_segment(&self, pool: Pool) -> Option<usize> {
         self.segments.iter().position(|s| s.pool == pool)
     }
@@ -397,6 +429,24 @@ mod tests {
         default.free(2);
         default.alloc(3, 12 * MIB).unwrap();
         assert_eq!(default.reserved(), 20 * MIB, "one 20 MiB segment, 4 MiB of it never used");
+    }
+
+    #[test]
+    fn a_replayed_step_reconciles_its_baseline_and_reports_its_peak_reserved() {
+        let mut a = CachingAllocator::new();
+        // Step 1: 4 MiB of weights live (a 20 MiB segment), then an 18 MiB
+        // activation made and freed (16 MiB free does not hold it: a segment of its own).
+        let act = 18 * MIB as i64;
+        let peak = a.replay_step([(1, 4 * MIB)], [(2, act), (2, -act)]).unwrap();
+        assert_eq!(peak, 20 * MIB + 18 * MIB);
+        // Step 2: the weights, plus 1 MiB made between the steps (not in any
+        // step's events, only in the baseline: a small 2 MiB segment); the
+        // activation's cached 18 MiB is reused: nothing more for it.
+        let peak = a.replay_step([(1, 4 * MIB), (3, MIB)], [(4, act), (4, -act)]).unwrap();
+        assert_eq!((peak, a.allocated()), (40 * MIB, 4 * MIB + MIB));
+        // Step 3: the 1 MiB is gone from the baseline, so it is freed.
+        a.replay_step([(1, 4 * MIB)], []).unwrap();
+        assert_eq!(a.allocated(), 4 * MIB);
     }
 
     #[test]

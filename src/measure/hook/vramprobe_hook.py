@@ -77,7 +77,7 @@ _state = {
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 # The trial protocol's version: trial.rs's PROTOCOL_VERSION (a test checks they agree).
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 _SPEC = {}
 
