@@ -95,6 +95,15 @@ fn plan_predicts_gpus_and_its_rows_are_accepted_by_check() {
     let rows: Vec<PlanRow> =
         csv::Reader::from_path(run.join("plan-gpus.csv")).unwrap().deserialize().collect::<Result<_, _>>().unwrap();
     assert_eq!(rows.len(), 14);
+    // From a CPU run of a built-in model the line for GPUs is what they would
+    // reserve: the run's trace through the caching allocator's model.
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("report.json")).unwrap()).unwrap();
+    let modelled = report["analysis"]["cuda_reserved_fit"]["per_sample_bytes"].as_f64().unwrap();
+    assert!(
+        rows.iter().all(|r| r.fit_basis.unwrap().name() == "predicted_cuda_reserved"
+            && r.per_sample_bytes == Some(modelled.round() as i64)),
+        "{rows:?}"
+    );
     // The arithmetic: budget = memory - margin - the profile's overhead; max = (budget - fixed) / per sample.
     for r in &rows {
         let expected = ((r.budget_bytes as f64 - r.fixed_bytes.unwrap() as f64) / r.per_sample_bytes.unwrap() as f64)

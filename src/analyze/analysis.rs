@@ -24,6 +24,9 @@ pub const COMMON_GPU_GIB: [u64; 7] = [6, 8, 12, 16, 24, 40, 80];
 pub enum FitBasis {
     PeakAllocated,
     PeakReserved,
+    /// A CPU run's trace replayed through the CUDA caching allocator's
+    /// model: what a GPU would reserve (`plan`'s line for GPUs).
+    PredictedCudaReserved,
 }
 
 impl FitBasis {
@@ -39,6 +42,7 @@ impl FitBasis {
         match self {
             FitBasis::PeakAllocated => "peak_allocated",
             FitBasis::PeakReserved => "peak_reserved",
+            FitBasis::PredictedCudaReserved => "predicted_cuda_reserved",
         }
     }
 
@@ -47,6 +51,7 @@ impl FitBasis {
         match self {
             FitBasis::PeakAllocated => trial.peak_allocated_bytes(),
             FitBasis::PeakReserved => trial.peak_reserved_bytes(),
+            FitBasis::PredictedCudaReserved => trial.predicted_cuda_peak_reserved_bytes(),
         }
     }
 }
@@ -72,6 +77,10 @@ pub struct Analysis {
     pub allocated_fit: Option<LinearFit>,
     pub reserved_fit: Option<LinearFit>,
     pub nvml_used_fit: Option<LinearFit>,
+    /// A CPU run's line of what a GPU would reserve (the caching
+    /// allocator's model of its trace): the line GPU predictions use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_reserved_fit: Option<LinearFit>,
     /// The largest batch the search verified (0 when nothing fits).
     pub max_batch: u64,
     /// The search proved it: it fits and the next batch does not.
@@ -198,9 +207,11 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     let allocated_fit = fit_series(&fits, TrialResult::peak_allocated_bytes);
     let reserved_fit = fit_series(&fits, TrialResult::peak_reserved_bytes);
     let nvml_used_fit = fit_series(&fits, TrialResult::nvml_used_bytes);
+    let cuda_reserved_fit = fit_series(&fits, TrialResult::predicted_cuda_peak_reserved_bytes);
     let fit = match basis {
         FitBasis::PeakAllocated => allocated_fit,
         FitBasis::PeakReserved => reserved_fit,
+        FitBasis::PredictedCudaReserved => cuda_reserved_fit,
     };
     let predicted_max_batch = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
     if let Some(f) = fit {
@@ -223,7 +234,9 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         notes.push(Note::RecommendedNotRun { batch: recommended_batch, strategy: input.strategy.name().into() });
     }
 
-    let gpu_predictions = match fit.filter(|f| f.per_sample_bytes > 0.0) {
+    // For GPUs: what they would reserve, where the run could model it.
+    let gpu_fit = cuda_reserved_fit.filter(|f| f.per_sample_bytes > 0.0).or(fit);
+    let gpu_predictions = match gpu_fit.filter(|f| f.per_sample_bytes > 0.0) {
         Some(f) => COMMON_GPU_GIB
             .iter()
             .map(|gib| {
@@ -255,6 +268,7 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         allocated_fit,
         reserved_fit,
         nvml_used_fit,
+        cuda_reserved_fit,
         max_batch: input.search.max_batch,
         exact: input.search.exact,
         capped: input.search.capped,

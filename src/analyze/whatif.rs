@@ -9,6 +9,8 @@ use crate::analyze::profile::GpuProfile;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuPrediction {
     pub gpu: GpuProfile,
+    /// The line it is predicted from.
+    pub fit: LinearFit,
     pub budget: Budget,
     /// Predicted, never measured on this GPU.
     pub max_batch: u64,
@@ -25,6 +27,7 @@ pub fn predict_for(fit: &LinearFit, gpu: &GpuProfile, margin_fraction: f64, mult
     let recommended_batch = round_down(max_batch, multiple_of);
     GpuPrediction {
         gpu: gpu.clone(),
+        fit: *fit,
         budget,
         max_batch,
         recommended_batch,

@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
+use crate::analyze::analysis::FitBasis;
 use crate::analyze::profile;
 use crate::analyze::whatif::{predict_for, GpuPrediction};
 use crate::commands::cli::PlanArgs;
@@ -18,7 +19,11 @@ pub fn run(args: PlanArgs) -> Result<i32> {
     let analysis = report.analysis.as_ref().ok_or_else(|| {
         UsageError::new(format!("{}: the run has no analysis (it did not finish)", args.from.display()))
     })?;
-    let fit = analysis.fit.filter(|f| f.per_sample_bytes > 0.0).ok_or_else(|| {
+    // A CPU run of a built-in model: what a GPU would reserve (the caching
+    // allocator's model of its trace); else the measured line.
+    let modelled = analysis.cuda_reserved_fit.filter(|f| f.per_sample_bytes > 0.0);
+    let basis = if modelled.is_some() { FitBasis::PredictedCudaReserved } else { analysis.fit_basis };
+    let fit = modelled.or(analysis.fit).filter(|f| f.per_sample_bytes > 0.0).ok_or_else(|| {
         UsageError::new(format!(
             "{}: the run has no memory line to plan from (fewer than two batch sizes fit)",
             args.from.display()
@@ -27,7 +32,11 @@ pub fn run(args: PlanArgs) -> Result<i32> {
     let margin = args.margin.unwrap_or(analysis.budget.margin_fraction);
     let predictions: Vec<GpuPrediction> = gpus.iter().map(|g| predict_for(&fit, g, margin, args.multiple_of)).collect();
 
-    let source = if report.device.is_cuda() { "a GPU" } else { "the CPU (host tracking)" };
+    let source = match (report.device.is_cuda(), modelled.is_some()) {
+        (true, _) => "a GPU",
+        (false, true) => "the CPU, its trace replayed through a model of CUDA's caching allocator (reserved bytes)",
+        (false, false) => "the CPU (host tracking)",
+    };
     let what = match report.subject.workload() {
         Some(w) => format!("{} {} x{} classes, {}", w.model, format_input(&w.input), w.classes, w.optimizer.name()),
         None => format!("your command `{}`", report.subject.name()),
@@ -61,14 +70,19 @@ pub fn run(args: PlanArgs) -> Result<i32> {
         ]);
     }
     println!("{t}");
-    if !report.device.is_cuda() {
+    if modelled.is_some() {
+        println!(
+            "note: predicted from host measurements: the CUDA allocator's rounding and cache are modelled; cuDNN/cuBLAS \
+             workspaces and CUDA's own op choices (autocast casts other ops there) are not"
+        );
+    } else if !report.device.is_cuda() {
         println!("note: predicted from host measurements: cuDNN/cuBLAS workspaces and the CUDA allocator's rounding are not in them");
     }
     if predictions.iter().any(|p| p.gpu.overhead_source.starts_with("estimate")) {
         println!("note: profile overheads marked 'estimate' are not measured (see each profile's overhead_source)");
     }
 
-    let rows: Vec<PlanRow> = predictions.iter().map(|p| gpu_plan_row(&report, analysis, p, margin)).collect();
+    let rows: Vec<PlanRow> = predictions.iter().map(|p| gpu_plan_row(&report, analysis, p, basis, margin)).collect();
     let out = args.out.clone().unwrap_or_else(|| args.from.with_file_name("plan-gpus.csv"));
     write_atomic(&out, &csv::to_bytes::<PlanRow>(&rows)?).context("writing the GPU plan")?;
     println!(

@@ -494,6 +494,12 @@ impl TrialResult {
         self.steps.iter().filter_map(|s| s.peak_reserved_bytes).max()
     }
 
+    /// A CPU trial's peak reserved bytes on a CUDA device, by the caching
+    /// allocator's model (see [`StepRecord::predicted_cuda_peak_reserved_bytes`]).
+    pub fn predicted_cuda_peak_reserved_bytes(&self) -> Option<u64> {
+        self.steps.iter().filter_map(|s| s.predicted_cuda_peak_reserved_bytes).max()
+    }
+
     pub fn nvml_used_bytes(&self) -> Option<u64> {
         self.steps.iter().filter_map(|s| s.nvml_used_bytes).max()
     }

@@ -3,7 +3,7 @@
 //! Plain numbers, units in the column names, empty cells for "not measured".
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::analysis::Analysis;
+use crate::analyze::analysis::{Analysis, FitBasis};
 use crate::analyze::whatif::GpuPrediction;
 use crate::analyze::worldfit::WorldPrediction;
 use crate::record::breakdown::{Category, PeakPhase};
@@ -199,7 +199,13 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
 
 /// What the run's memory line predicts on a GPU it was not measured on
 /// (`vramprobe plan`): memory only, never speed, and never verified.
-pub fn gpu_plan_row(report: &Report, a: &Analysis, prediction: &GpuPrediction, margin_fraction: f64) -> PlanRow {
+pub fn gpu_plan_row(
+    report: &Report,
+    a: &Analysis,
+    prediction: &GpuPrediction,
+    basis: FitBasis,
+    margin_fraction: f64,
+) -> PlanRow {
     PlanRow {
         device: crate::record::device::DeviceRequest::Cuda(0),
         device_name: prediction.gpu.name.clone(),
@@ -213,6 +219,11 @@ pub fn gpu_plan_row(report: &Report, a: &Analysis, prediction: &GpuPrediction, m
         recommended_batch: prediction.recommended_batch,
         recommended_peak_bytes: prediction.predicted_peak_bytes.map(|b| b.round() as i64),
         headroom_bytes: prediction.predicted_peak_bytes.map(|b| prediction.budget.headroom(b).round() as i64),
+        fit_basis: Some(basis),
+        fixed_bytes: Some(prediction.fit.fixed_bytes.round() as i64),
+        per_sample_bytes: Some(prediction.fit.per_sample_bytes.round() as i64),
+        r2: Some(prediction.fit.r2),
+        fit_points: prediction.fit.points,
         ..run_columns(report, a)
     }
 }

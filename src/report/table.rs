@@ -178,10 +178,15 @@ pub fn rank_rows(report: &Report) -> Option<(String, Rows)> {
 /// Predictions for common GPU sizes, with the line that says what they are from.
 pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
     let a = report.analysis.as_ref().filter(|a| !a.gpu_predictions.is_empty())?;
-    let label = if report.device.is_cuda() {
-        "Predicted for other GPU sizes (fit + this GPU's measured CUDA context):"
-    } else {
-        "Predicted for GPUs from host (CPU) measurements; the CUDA context and cuDNN workspaces are not included:"
+    let label = match (report.device.is_cuda(), a.cuda_reserved_fit.is_some()) {
+        (true, _) => "Predicted for other GPU sizes (fit + this GPU's measured CUDA context):",
+        (false, true) => {
+            "Predicted for GPUs from host (CPU) measurements, reserved bytes by a model of CUDA's caching allocator; \
+             the CUDA context and cuDNN workspaces are not included:"
+        }
+        (false, false) => {
+            "Predicted for GPUs from host (CPU) measurements; the CUDA context and cuDNN workspaces are not included:"
+        }
     };
     let rows = a
         .gpu_predictions
