@@ -19,13 +19,12 @@ pub fn cuda_runtime_version() -> Option<String> {
     None
 }
 
-/// How many CUDA devices there are: as libtorch sees them where it is
-/// linked, else as the driver (NVML) lists them; 0 without a driver or GPU.
-pub fn cuda_device_count() -> usize {
+/// How many CUDA devices the linked libtorch sees; `None` without one.
+pub fn cuda_device_count() -> Option<usize> {
     #[cfg(feature = "builtin")]
-    return tch::Cuda::device_count().max(0) as usize;
+    return Some(tch::Cuda::device_count().max(0) as usize);
     #[cfg(not(feature = "builtin"))]
-    crate::measure::device::nvml::Nvml::open().map_or(0, |n| n.device_count())
+    None
 }
 
 /// The one line that says how to get the built-in models in a build without them.

@@ -38,9 +38,10 @@ pub fn alloc_conf_with_fraction(existing: Option<&str>, fraction: f64) -> String
     }
 }
 
-/// How many CUDA devices there are (0 without a driver or GPU).
+/// How many CUDA devices there are: as the linked libtorch sees them, else
+/// as the driver (NVML) lists them; 0 without a driver or GPU.
 pub fn device_count() -> usize {
-    crate::measure::linked::cuda_device_count()
+    crate::measure::linked::cuda_device_count().unwrap_or_else(|| nvml::Nvml::open().map_or(0, |n| n.device_count()))
 }
 
 /// The device's total memory as NVML reports it (no CUDA context is made).
