@@ -17,20 +17,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = os.path.join(ROOT, "scripts", "compat_job.py")
-RETRY_IN_HANDLER = "\n".join(
-    [
-        "import torch",
-        "m = torch.nn.Linear(4, 4)",
-        "opt = torch.optim.SGD(m.parameters(), lr=0.1)",
-        "for _ in range(3):",
-        "    try:",
-        "        torch.empty(10**15 + {batch})",
-        "    except RuntimeError as e:",
-        "        if 'memory' not in str(e): raise",
-        "        m(torch.randn(8, 4)).sum().backward()",
-        "        opt.step()",
-    ]
-)
+RETRY_IN_HANDLER = os.path.join(ROOT, "scripts", "oom_retry_in_handler.py")
 EXITS_1 = "\n".join(
     [
         "import sys, torch",
@@ -96,7 +83,7 @@ def checks(vramprobe, python):
     done, _ = check(vramprobe, [python, "-c", "import torch; raise ValueError('bad config {batch}')"])
     results.append(("oom vs error", oom and done.returncode == 1 and "ValueError" in done.stderr, f"exit {done.returncode}"))
 
-    done, _ = check(vramprobe, [python, "-c", RETRY_IN_HANDLER])
+    done, _ = check(vramprobe, [python, RETRY_IN_HANDLER, "{batch}"])
     results.append(("caught oom", done.returncode == 3, f"exit {done.returncode}"))
 
     done, _ = check(vramprobe, [python, "-c", EXITS_1])

@@ -351,20 +351,12 @@ fn a_command_that_ends_early_crashes_or_never_steps_gets_a_clear_verdict() {
     assert!(out.contains("raised and caught by the command"), "{out}");
     // The CPU allocator's own failure (a RuntimeError made in C), with the
     // smaller step retried inside the `except` block.
-    let retries_in_handler = [
-        "import torch",
-        "m = torch.nn.Linear(4, 4)",
-        "opt = torch.optim.SGD(m.parameters(), lr=0.1)",
-        "for _ in range(3):",
-        "    try:",
-        "        torch.empty(10**15 + {batch})",
-        "    except RuntimeError as e:",
-        "        if 'memory' not in str(e): raise",
-        "        m(torch.randn(8, 4)).sum().backward()",
-        "        opt.step()",
-    ]
-    .join("\n");
-    let fell_back = check(&retries_in_handler, &[]);
+    let fell_back = vramprobe()
+        .args(["check", "--device", "cpu", "--batch", "32", "--", &python])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/oom_retry_in_handler.py"))
+        .arg("{batch}")
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&fell_back.stdout);
     assert_eq!(fell_back.status.code(), Some(3), "{out}{}", String::from_utf8_lossy(&fell_back.stderr));
     assert!(out.contains("raised and caught by the command") && out.contains("can't allocate memory"), "{out}");

@@ -226,23 +226,15 @@ impl CachingAllocator {
     /// expandable segments more pages at the end of the pool's one segment.
     /// Over the capacity, frees the cache once and tries again.
     fn grow(&mut self, pool: Pool, size: u64) -> Result<(usize, u64), OutOfMemory> {
-        let extra = |me: &CachingAllocator| match (me.expandable, me.expandable_segment(pool)) {
-            (true, Some(s)) => {
-                let tail = me.segments[s].blocks.last().filter(|b| b.id.is_none()).map_or(0, |b| b.size);
-                (size - tail.min(size)).div_ceil(PAGE) * PAGE
-            }
-            (true, None) => size.div_ceil(PAGE) * PAGE,
-            (false, _) => segment_size(size),
-        };
-        let fits = |me: &CachingAllocator, bytes: u64| me.capacity.is_none_or(|c| me.reserved + bytes <= c);
-        if !fits(self, extra(self)) {
+        let mut bytes = self.growth(pool, size);
+        if !self.fits(bytes) {
             self.alloc_retries += 1;
             self.empty_cache();
-            if !fits(self, extra(self)) {
+            bytes = self.growth(pool, size);
+            if !self.fits(bytes) {
                 return Err(OutOfMemory { requested_bytes: size, reserved_bytes: self.reserved });
             }
         }
-        let bytes = extra(self);
         self.reserved += bytes;
         self.peak_reserved = self.peak_reserved.max(self.reserved);
         match (self.expandable, self.expandable_segment(pool)) {
@@ -298,6 +290,24 @@ impl CachingAllocator {
             }
         }
         Ok(self.peak_reserved)
+    }
+
+    /// The bytes to reserve for `size` more in `pool`: a new segment, or an
+    /// expandable segment's pages past its free tail.
+    fn growth(&self, pool: Pool, size: u64) -> u64 {
+        match (self.expandable, self.expandable_segment(pool)) {
+            (true, Some(s)) => {
+                let tail = self.segments[s].blocks.last().filter(|b| b.id.is_none()).map_or(0, |b| b.size);
+                (size - tail.min(size)).div_ceil(PAGE) * PAGE
+            }
+            (true, None) => size.div_ceil(PAGE) * PAGE,
+            (false, _) => segment_size(size),
+        }
+    }
+
+    /// Whether `bytes` more can be reserved under the capacity.
+    fn fits(&self, bytes: u64) -> bool {
+        self.capacity.is_none_or(|c| self.reserved + bytes <= c)
     }
 
     fn expandable_segment(&self, pool: Pool) -> Option<usize> {

@@ -646,6 +646,11 @@ def _is_oom(e):
     return "out of memory" in text or "can't allocate memory" in text
 
 
+def _first_line(message):
+    """The first line of an error's message ("" for none)."""
+    return (str(message).strip().splitlines() or [""])[0]
+
+
 def _watch_out_of_memory(torch):
     """Notes every torch.OutOfMemoryError made in this process, caught or
     not: a script that catches one and retries smaller (the recipe many
@@ -661,8 +666,7 @@ def _watch_out_of_memory(torch):
 
     def init(self, *args, **kwargs):
         if _state["active"] and _state.get("oom_seen") is None:
-            text = str(args[0]) if args else ""
-            _state["oom_seen"] = (text.strip().splitlines() or [""])[0][:200]
+            _state["oom_seen"] = _first_line(args[0] if args else "")[:200]
         original(self, *args, **kwargs)
 
     try:
@@ -679,7 +683,7 @@ def _caught_oom(torch, n):
     retried in its `except` block runs while it is being handled."""
     handled = sys.exc_info()[1]
     if handled is not None and _state.get("oom_seen") is None and _is_oom(handled):
-        _state["oom_seen"] = (str(handled).strip().splitlines() or [""])[0][:200]
+        _state["oom_seen"] = _first_line(handled)[:200]
     seen = _state.get("oom_seen")
     if seen is None and _on_cuda():
         ooms = torch.cuda.memory_stats(_cuda_index()).get("num_ooms", 0)
@@ -719,7 +723,7 @@ def _answer_wrap_up():
 def _excepthook(previous):
     def hook(kind, value, tb):
         if _state["active"] and not _state["done"]:
-            first = str(value).strip().splitlines()[0] if str(value).strip() else ""
+            first = _first_line(value)
             what = f"{kind.__name__}: {first}" if first else kind.__name__
             failed = _state["steps"] + 1
             if _is_oom(value):
