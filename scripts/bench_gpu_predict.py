@@ -1,11 +1,13 @@
 """scripts/bench-gpu-predict's work: for every workload of the public
 calibration set (../shared/gpu-measurements/calibration.csv) that a
 built-in model reproduces, one CPU sweep, then each GPU reading predicted
-from it and the error written down. Device memory predicted = the run's
-line at the reading's batch + the CUDA context (the GPU profiles' 512 MiB
-estimate), against NVML's `used` (which includes the context). Two lines
-are compared: what the CPU allocated (vramprobe before issue 30) and what a
-GPU would reserve by the caching allocator's model of the CPU trace.
+from it and the error written down, against NVML's `used` (which includes
+the context). Two predictions are compared: the CPU's allocated line + the
+profile's 512 MiB context (vramprobe before issue 30), and `vramprobe plan
+--explain --at BATCHES` (the caching allocator's model of the CPU traces
+scaled to each batch, + the cuBLAS workspace + the profile's context).
+Also the max batch `plan` predicts at margin 0 against the largest batch
+the GPU ran in the set.
 
     python3 scripts/bench_gpu_predict.py VRAMPROBE CALIBRATION.csv OUT.csv [GROUP ...]
 
@@ -55,16 +57,40 @@ GROUPS = {
 }
 
 
-def sweep(vramprobe, options):
-    """The analysis of one CPU sweep at batches 2, 4, 8, and its seconds."""
-    with tempfile.TemporaryDirectory() as out:
-        started = time.perf_counter()
-        run = [vramprobe, "sweep", *options, "--device", "cpu", "--batches", "2,4,8", "--quiet", "--out", os.path.join(out, "run")]
-        done = subprocess.run(run, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(run)}: {done.stderr.strip()}")
-        with open(os.path.join(out, "run", "report.json")) as f:
-            return json.load(f)["analysis"], time.perf_counter() - started
+# The calibration GPUs' profiles (profiles/gpus).
+PROFILES = {"NVIDIA L40S": "l40s", "NVIDIA A100": "a100-40gb"}
+
+
+def profile_of(gpu):
+    return next(p for name, p in PROFILES.items() if gpu.startswith(name))
+
+
+def run(command):
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def sweep(vramprobe, options, out):
+    """One CPU sweep at batches 2, 4, 8 into `out`: its analysis and seconds."""
+    started = time.perf_counter()
+    run([vramprobe, "sweep", *options, "--device", "cpu", "--batches", "2,4,8", "--quiet", "--out", out])
+    with open(os.path.join(out, "report.json")) as f:
+        return json.load(f)["analysis"], time.perf_counter() - started
+
+
+def plan(vramprobe, out, gpu, batches):
+    """`plan --explain` at `batches` on `gpu` at margin 0: the device MiB at
+    each batch, and the max batch."""
+    plan_csv = os.path.join(out, f"plan-{gpu}.csv")
+    run([vramprobe, "plan", "--from", os.path.join(out, "report.json"), "--gpu", gpu, "--margin", "0",
+         "--explain", "--at", ",".join(map(str, batches)), "--out", plan_csv])
+    with open(plan_csv.replace(".csv", "-memory.csv"), newline="") as f:
+        parts = {int(r["batch"]): int(r["device_bytes"]) / MIB for r in csv.DictReader(f) if r["recommended"] == "false"}
+    with open(plan_csv, newline="") as f:
+        max_batch = int(next(csv.DictReader(f))["max_batch"])
+    return parts, max_batch
 
 
 def predicted_mib(fit, batch):
@@ -76,34 +102,47 @@ def main():
     wanted = sys.argv[4:] or list(GROUPS)
     with open(calibration, newline="") as f:
         readings = list(csv.DictReader(f))
-    rows = []
+    rows, maxes = [], []
     for name in wanted:
         matches, options = GROUPS[name]
         group = [r for r in readings if matches(r)]
         if not group:
             continue
-        analysis, seconds = sweep(vramprobe, options)
-        print(f"{name}: {len(group)} readings, CPU sweep {seconds:.0f} s", file=sys.stderr, flush=True)
-        for r in group:
-            batch, measured = int(r["batch"]), float(r["memory_mib"])
-            row = {"workload": name, "gpu": r["gpu"], "batch": batch, "measured_mib": measured}
-            for line in ("allocated_fit", "cuda_reserved_fit"):
-                p = predicted_mib(analysis[line], batch)
-                row[f"{line}_mib"] = round(p)
-                row[f"{line}_error"] = round((p - measured) / measured, 4)
-            rows.append(row)
+        with tempfile.TemporaryDirectory() as out:
+            analysis, seconds = sweep(vramprobe, options, os.path.join(out, "run"))
+            print(f"{name}: {len(group)} readings, CPU sweep {seconds:.0f} s", file=sys.stderr, flush=True)
+            for gpu in sorted({profile_of(r["gpu"]) for r in group}):
+                on_gpu = [r for r in group if profile_of(r["gpu"]) == gpu]
+                parts, max_batch = plan(vramprobe, os.path.join(out, "run"), gpu, sorted({int(r["batch"]) for r in on_gpu}))
+                maxes.append({"workload": name, "gpu": gpu, "predicted_max_batch": max_batch,
+                              "largest_batch_run": max(int(r["batch"]) for r in on_gpu)})
+                for r in on_gpu:
+                    batch, measured = int(r["batch"]), float(r["memory_mib"])
+                    row = {"workload": name, "gpu": r["gpu"], "batch": batch, "measured_mib": measured}
+                    allocated = predicted_mib(analysis["allocated_fit"], batch)
+                    row["allocated_fit_mib"] = round(allocated)
+                    row["allocated_fit_error"] = round((allocated - measured) / measured, 4)
+                    row["plan_mib"] = round(parts[batch])
+                    row["plan_error"] = round((parts[batch] - measured) / measured, 4)
+                    rows.append(row)
     with open(out_csv, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print("| workload | GPU | batch | measured MiB | allocated line | error | reserved model | error |")
+    print("| workload | GPU | batch | measured MiB | allocated line + 512 MiB | error | `plan --explain` | error |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['workload']} | {r['gpu'][:24]} | {r['batch']} | {r['measured_mib']:.0f} | {r['allocated_fit_mib']} | "
-            f"{r['allocated_fit_error']:+.1%} | {r['cuda_reserved_fit_mib']} | {r['cuda_reserved_fit_error']:+.1%} |"
+            f"{r['allocated_fit_error']:+.1%} | {r['plan_mib']} | {r['plan_error']:+.1%} |"
         )
-    for line in ("allocated_fit", "cuda_reserved_fit"):
+    print()
+    print("| workload | GPU profile | predicted max batch (margin 0) | largest batch the GPU ran |")
+    print("|---|---|---|---|")
+    for m in maxes:
+        print(f"| {m['workload']} | {m['gpu']} | {m['predicted_max_batch']} | {m['largest_batch_run']} |")
+    print()
+    for line in ("allocated_fit", "plan"):
         errors = [abs(r[f"{line}_error"]) for r in rows]
         print(f"{line}: median |error| {statistics.median(errors):.1%}, max {max(errors):.1%} over {len(errors)} readings")
 

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use common::{capacity_for_max, vramprobe};
 use vramprobe::report::csv::PlanRow;
+use vramprobe::report::device_memory::MemoryRow;
 
 mod common;
 
@@ -94,31 +95,35 @@ fn plan_predicts_gpus_and_its_rows_are_accepted_by_check() {
     assert!(stdout.contains("NVIDIA GeForce RTX 3070 (rtx3070)") && stdout.contains("predicted"), "{stdout}");
     let rows: Vec<PlanRow> =
         csv::Reader::from_path(run.join("plan-gpus.csv")).unwrap().deserialize().collect::<Result<_, _>>().unwrap();
-    assert_eq!(rows.len(), 14);
-    // From a CPU run of a built-in model the line for GPUs is what they would
-    // reserve: the run's trace through the caching allocator's model.
+    assert_eq!(rows.len(), 15);
+    // From a CPU run of a built-in model, what GPUs would reserve: the two
+    // largest batches' traces scaled to larger batches and replayed through
+    // the caching allocator's model.
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("report.json")).unwrap()).unwrap();
-    let modelled = report["analysis"]["cuda_reserved_fit"]["per_sample_bytes"].as_f64().unwrap();
-    assert!(
-        rows.iter().all(|r| r.fit_basis.unwrap().name() == "predicted_cuda_reserved"
-            && r.per_sample_bytes == Some(modelled.round() as i64)),
-        "{rows:?}"
-    );
-    // The arithmetic: budget = memory - margin - the profile's overhead; max = (budget - fixed) / per sample.
+    assert_eq!(report["analysis"]["cuda_reserved_curve_from"], serde_json::json!([32, 48]));
+    let curve = report["analysis"]["cuda_reserved_curve"].as_array().unwrap();
+    assert!(curve.len() > 5 && curve[0]["batch"] == 16, "{curve:?}");
+    assert!(curve.windows(2).all(|w| w[0]["batch"].as_u64() < w[1]["batch"].as_u64()));
+    assert!(!String::from_utf8_lossy(&std::fs::read(run.join("report.json")).unwrap()).contains("\"trace\""));
+    // The arithmetic: budget = memory - margin - the overheads; the max is
+    // the last batch whose predicted reserved bytes stay within it.
     for r in &rows {
-        let expected = ((r.budget_bytes as f64 - r.fixed_bytes.unwrap() as f64) / r.per_sample_bytes.unwrap() as f64)
-            .floor() as u64;
-        assert!(r.max_batch.abs_diff(expected) <= 1, "{}: {} vs {expected}", r.device_name, r.max_batch);
+        assert_eq!(r.fit_basis.unwrap().name(), "predicted_cuda_reserved");
+        let at = |b: u64| r.fixed_bytes.unwrap() as f64 + r.per_sample_bytes.unwrap() as f64 * b as f64;
+        assert!(r.recommended_peak_bytes.unwrap() as f64 <= r.budget_bytes as f64, "{r:?}");
+        // The piece's bytes are rounded to whole bytes: at most half a byte per sample.
+        assert!((at(r.max_batch) - r.recommended_peak_bytes.unwrap() as f64).abs() <= r.max_batch as f64, "{r:?}");
         assert!(!r.recommended_verified && !r.exact && r.strategy.unwrap().to_string() == "predicted-from-cpu");
     }
-    let bigger: Vec<u64> = rows.iter().map(|r| r.max_batch).collect();
-    assert!(bigger[11] > bigger[2], "an 80 GB A100 holds more than an 8 GB RTX 3070");
+    let max_of = |name: &str| rows.iter().find(|r| r.device_name.contains(name)).unwrap().max_batch;
+    assert!(max_of("A100 80GB") > max_of("RTX 3070"), "an 80 GB A100 holds more than an 8 GB RTX 3070");
 
     // check takes a plan row: the RTX 3070 prediction, on this CPU limited to
     // a capacity where that row's own line allows batch 16 at most. The row's
     // batch (sized for 8 GiB) runs out of memory here, and the verdict quotes
     // the line's max.
     let row = &rows[2];
+    assert!(row.device_name.contains("RTX 3070"));
     let line = vramprobe::analyze::fit::LinearFit {
         fixed_bytes: row.fixed_bytes.unwrap() as f64,
         per_sample_bytes: row.per_sample_bytes.unwrap() as f64,
@@ -136,6 +141,39 @@ fn plan_predicts_gpus_and_its_rows_are_accepted_by_check() {
     let v: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
     assert_eq!((v["batch"].as_u64(), v["max_batch_from_fit"].as_u64()), (Some(row.recommended_batch), Some(16)), "{v}");
     assert!(v["message"].as_str().unwrap().contains("allows batch 16 at most"), "{v}");
+
+    // --explain: the device memory part by part, at the recommended batch and at --at.
+    let explained = dir.path().join("h100.csv");
+    let explain = vramprobe()
+        .args(["plan", "--gpu", "h100-80gb", "--explain", "--at", "64", "--from"])
+        .arg(run.join("report.json"))
+        .arg("--out")
+        .arg(&explained)
+        .output()
+        .unwrap();
+    assert!(explain.status.success(), "{}", String::from_utf8_lossy(&explain.stderr));
+    let stdout = String::from_utf8_lossy(&explain.stdout);
+    for part in ["reserved", "cuBLAS workspace", "CUDA context", "cuDNN convolution workspaces: not added"] {
+        assert!(stdout.contains(part), "{part}: {stdout}");
+    }
+    let parts: Vec<MemoryRow> = csv::Reader::from_path(dir.path().join("h100-memory.csv"))
+        .unwrap()
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let h100: Vec<PlanRow> =
+        csv::Reader::from_path(&explained).unwrap().deserialize().collect::<Result<_, _>>().unwrap();
+    let [recommended, at64] = &parts[..] else { panic!("{parts:?}") };
+    assert_eq!((recommended.batch, recommended.recommended), (h100[0].recommended_batch, true));
+    assert_eq!((at64.batch, at64.recommended), (64, false));
+    for r in &parts {
+        // Two 32 MiB workspaces on Hopper, the profile's 512 MiB context.
+        assert_eq!((r.cublas_workspace_bytes, r.context_bytes), (64 << 20, 512 << 20));
+        let total = r.reserved_bytes + (r.cublas_workspace_bytes + r.context_bytes) as i64;
+        assert!(r.device_bytes.abs_diff(total) <= 1, "{r:?}");
+    }
+    assert!(recommended.device_bytes as u64 <= h100[0].capacity_bytes);
+    assert!(at64.reserved_bytes < recommended.reserved_bytes);
 
     let bad = vramprobe().args(["plan", "--gpu", "rtx9999", "--from"]).arg(run.join("report.json")).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));

@@ -4,6 +4,7 @@
 //! common GPU capacities.
 use serde::{Deserialize, Serialize};
 
+use crate::analyze::device_memory::{CurvePoint, Reserved};
 use crate::analyze::fastest::{self, Fastest};
 use crate::analyze::fit::{Budget, Fit, LinearFit};
 use crate::analyze::note::Note;
@@ -81,6 +82,14 @@ pub struct Analysis {
     /// allocator's model of its trace): the line GPU predictions use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_reserved_fit: Option<LinearFit>,
+    /// A CPU run's reserved bytes on a GPU at batches it did not run: its
+    /// two largest batches' traces scaled to them and replayed through the
+    /// caching allocator's model (what `plan` predicts from).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cuda_reserved_curve: Vec<CurvePoint>,
+    /// The two batches whose traces the curve scales.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_reserved_curve_from: Option<[u64; 2]>,
     /// The largest batch the search verified (0 when nothing fits).
     pub max_batch: u64,
     /// The search proved it: it fits and the next batch does not.
@@ -114,6 +123,9 @@ pub struct AnalysisInput {
     pub strategy: StrategyName,
     pub search: SearchResult,
     pub multiple_of: u64,
+    /// See [`Analysis::cuda_reserved_curve`] (empty where there is none).
+    pub cuda_reserved_curve: Vec<CurvePoint>,
+    pub cuda_reserved_curve_from: Option<[u64; 2]>,
 }
 
 /// Where the capacity the budget starts from came from.
@@ -189,6 +201,30 @@ impl TryFrom<String> for StrategyName {
     }
 }
 
+/// The lines GPU predictions use, and the series they come from: a CPU
+/// run's lines through the caching allocator's model where it has them
+/// (the whole step's, and the forward and backward passes'), else the run's
+/// limiting line. `None` when no line grows with the batch.
+fn gpu_reserved(
+    curve: &[CurvePoint],
+    modelled: Option<LinearFit>,
+    (fit, basis): (Option<LinearFit>, FitBasis),
+) -> Option<(Reserved, FitBasis)> {
+    let reserved = match (Reserved::curve(curve), modelled) {
+        (Some(c), _) => (c, FitBasis::PredictedCudaReserved),
+        (None, Some(line)) => (Reserved::Line(line), FitBasis::PredictedCudaReserved),
+        (None, None) => (Reserved::Line(fit?), basis),
+    };
+    reserved.0.grows().then_some(reserved)
+}
+
+impl Analysis {
+    /// What to plan a GPU's reserved bytes from, and the series it is.
+    pub fn gpu_reserved(&self) -> Option<(Reserved, FitBasis)> {
+        gpu_reserved(&self.cuda_reserved_curve, self.cuda_reserved_fit, (self.fit, self.fit_basis))
+    }
+}
+
 fn fit_series(trials: &[&TrialResult], value: impl Fn(&TrialResult) -> Option<u64>) -> Option<LinearFit> {
     let points: Vec<(u64, u64)> = trials.iter().filter_map(|t| value(t).map(|v| (t.batch, v))).collect();
     LinearFit::fit_upper_regime(&points).ok()
@@ -235,15 +271,15 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     }
 
     // For GPUs: what they would reserve, where the run could model it.
-    let gpu_fit = cuda_reserved_fit.filter(|f| f.per_sample_bytes > 0.0).or(fit);
-    let gpu_predictions = match gpu_fit.filter(|f| f.per_sample_bytes > 0.0) {
-        Some(f) => COMMON_GPU_GIB
+    let gpu_reserved = gpu_reserved(&input.cuda_reserved_curve, cuda_reserved_fit, (fit, basis));
+    let gpu_predictions = match gpu_reserved {
+        Some((reserved, _)) => COMMON_GPU_GIB
             .iter()
             .map(|gib| {
                 // From host measurements the CUDA context is unknown (0 here).
                 let foreign = if input.device.is_cuda() { budget.non_pytorch_bytes } else { 0 };
                 let b = Budget::new(gib << 30, budget.margin_fraction, foreign);
-                let max = f.max_batch_within(b.budget_bytes).unwrap_or(0);
+                let max = reserved.max_batch_within(b.budget_bytes).unwrap_or(0);
                 GpuPrediction {
                     capacity_bytes: b.capacity_bytes,
                     budget_bytes: b.budget_bytes,
@@ -269,6 +305,8 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         reserved_fit,
         nvml_used_fit,
         cuda_reserved_fit,
+        cuda_reserved_curve: input.cuda_reserved_curve,
+        cuda_reserved_curve_from: input.cuda_reserved_curve_from,
         max_batch: input.search.max_batch,
         exact: input.search.exact,
         capped: input.search.capped,
@@ -423,6 +461,8 @@ mod tests {
             strategy: StrategyName::Search(StrategyKind::Vramprobe),
             search: SearchResult { max_batch, exact: true, ..Default::default() },
             multiple_of,
+            cuda_reserved_curve: Vec::new(),
+            cuda_reserved_curve_from: None,
         }
     }
 

@@ -1,8 +1,10 @@
 //! Pure functions over measurements: the memory line and its budget
 //! ([`fit`]), the 2-D batch x length fit ([`seqfit`]), the batch-size search
-//! strategies and the peers' ([`search`]), the sweep's conclusions
+//! strategies and the peers' ([`search`]), a step's trace scaled to a batch
+//! not run ([`trace_scale`]), the sweep's conclusions
 //! ([`analysis`]: max, recommended and fastest batch), GPU profiles and what
-//! a measured line predicts on them ([`profile`], [`whatif`]), and how a
+//! a measured line predicts on them ([`profile`], [`whatif`], part by part
+//! in [`device_memory`]), and how a
 //! distributed job's line changes with its world size ([`worldfit`]).
 //!
 //! No I/O beyond reading a GPU profile file, no libtorch, no processes: unit
@@ -10,6 +12,7 @@
 //! other): may import only `record` (the measured values), `units` and
 //! `error`.
 pub mod analysis;
+pub mod device_memory;
 pub mod fastest;
 pub mod fit;
 pub mod note;
@@ -17,6 +20,7 @@ pub mod profile;
 pub mod run;
 pub mod search;
 pub mod seqfit;
+pub mod trace_scale;
 pub mod whatif;
 pub mod why;
 pub mod worldfit;

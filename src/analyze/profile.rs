@@ -56,8 +56,22 @@ struct RawGpu {
     memory_bytes: Spanned<i64>,
     context_overhead_bytes: Spanned<i64>,
     overhead_source: Spanned<String>,
+    #[serde(default)]
+    cublas_workspace_bytes: Option<Spanned<i64>>,
     bf16: bool,
 }
+
+/// PyTorch's cuBLAS workspace before Hopper: `CUBLAS_WORKSPACE_CONFIG`'s
+/// default `:4096:2:16:8` (2 x 4 MiB + 8 x 16 KiB), allocated through the
+/// caching allocator on a thread's first matmul and kept
+/// (aten/src/ATen/cuda/CublasHandlePool.cpp, `parseChosenWorkspaceSize`;
+/// Hopper and later: `:4096:8`, 32 MiB). cuBLASLt shares it.
+pub const DEFAULT_CUBLAS_WORKSPACE_BYTES: u64 = 2 * (4 << 20) + 8 * (16 << 10);
+
+/// Threads that run matmuls in a training step on one GPU, each with its
+/// own workspace: the forward's (the caller's) and the autograd engine's
+/// device thread, which runs the backward.
+const CUBLAS_THREADS: u64 = 2;
 
 /// A GPU to plan for.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -69,7 +83,26 @@ pub struct GpuProfile {
     /// Memory outside PyTorch's allocator: the CUDA context and library handles.
     pub context_overhead_bytes: u64,
     pub overhead_source: String,
+    /// The cuBLAS workspace PyTorch allocates on the first matmul, in the
+    /// caching allocator (a GPU run's reserved bytes hold it, a CPU trace
+    /// does not) [default: [`DEFAULT_CUBLAS_WORKSPACE_BYTES`]].
+    pub cublas_workspace_bytes: u64,
     pub bf16: bool,
+}
+
+impl GpuProfile {
+    /// What the cuBLAS workspaces reserve: one per matmul thread, in the
+    /// caching allocator's segments (under 10 MiB: 20 MiB segments they
+    /// share; else each rounded up to 2 MiB).
+    pub fn cublas_workspace_reserved_bytes(&self) -> u64 {
+        const LARGE_SEGMENT: u64 = 20 << 20;
+        let ws = self.cublas_workspace_bytes.div_ceil(512) * 512;
+        match ws {
+            0 => 0,
+            ws if ws < 10 << 20 => CUBLAS_THREADS.div_ceil(LARGE_SEGMENT / ws) * LARGE_SEGMENT,
+            ws => CUBLAS_THREADS * ws.div_ceil(2 << 20) * (2 << 20),
+        }
+    }
 }
 
 pub fn parse_gpu(path: &Path, text: &str) -> Result<GpuProfile, ProfileError> {
@@ -83,6 +116,10 @@ pub fn parse_gpu(path: &Path, text: &str) -> Result<GpuProfile, ProfileError> {
     };
     let memory_bytes = positive("memory_bytes", &raw.memory_bytes, 1)?;
     let context_overhead_bytes = positive("context_overhead_bytes", &raw.context_overhead_bytes, 0)?;
+    let cublas_workspace_bytes = match &raw.cublas_workspace_bytes {
+        Some(v) => positive("cublas_workspace_bytes", v, 0)?,
+        None => DEFAULT_CUBLAS_WORKSPACE_BYTES,
+    };
     if context_overhead_bytes >= memory_bytes {
         return Err(field_error(
             path,
@@ -104,6 +141,7 @@ pub fn parse_gpu(path: &Path, text: &str) -> Result<GpuProfile, ProfileError> {
         memory_bytes,
         context_overhead_bytes,
         overhead_source: raw.overhead_source.into_inner(),
+        cublas_workspace_bytes,
         bf16: raw.bf16,
     })
 }
@@ -129,7 +167,7 @@ pub(crate) fn read(path: &Path) -> Result<String, ProfileError> {
 }
 
 /// The GPU profiles compiled into the binary (the files in profiles/gpus).
-const BUILT_IN_GPUS: [(&str, &str); 14] = [
+const BUILT_IN_GPUS: [(&str, &str); 15] = [
     ("gtx1660ti", include_str!("../../profiles/gpus/gtx1660ti.toml")),
     ("rtx3060", include_str!("../../profiles/gpus/rtx3060.toml")),
     ("rtx3070", include_str!("../../profiles/gpus/rtx3070.toml")),
@@ -140,6 +178,7 @@ const BUILT_IN_GPUS: [(&str, &str); 14] = [
     ("v100-32gb", include_str!("../../profiles/gpus/v100-32gb.toml")),
     ("a10", include_str!("../../profiles/gpus/a10.toml")),
     ("l4", include_str!("../../profiles/gpus/l4.toml")),
+    ("l40s", include_str!("../../profiles/gpus/l40s.toml")),
     ("a100-40gb", include_str!("../../profiles/gpus/a100-40gb.toml")),
     ("a100-80gb", include_str!("../../profiles/gpus/a100-80gb.toml")),
     ("h100-80gb", include_str!("../../profiles/gpus/h100-80gb.toml")),
@@ -191,6 +230,22 @@ mod tests {
     }
 
     #[test]
+    fn cublas_workspaces_reserve_by_the_allocator_s_segments() {
+        let mut g = parse_gpu(Path::new("g.toml"), GOOD).unwrap();
+        // Two 8.125 MiB workspaces share one 20 MiB segment.
+        assert_eq!(g.cublas_workspace_bytes, DEFAULT_CUBLAS_WORKSPACE_BYTES);
+        assert_eq!(g.cublas_workspace_reserved_bytes(), 20 << 20);
+        g.cublas_workspace_bytes = 32 << 20;
+        assert_eq!(g.cublas_workspace_reserved_bytes(), 64 << 20);
+        g.cublas_workspace_bytes = 11 << 20;
+        assert_eq!(g.cublas_workspace_reserved_bytes(), 24 << 20);
+        g.cublas_workspace_bytes = 0;
+        assert_eq!(g.cublas_workspace_reserved_bytes(), 0);
+        let hopper = resolve_gpus("h100-80gb").unwrap().remove(0);
+        assert_eq!(hopper.cublas_workspace_bytes, 32 << 20);
+    }
+
+    #[test]
     fn malformed_gpu_profiles_name_the_line_and_field() {
         assert!(
             gpu_error(&GOOD.replace("8589934592", "\"8GB\"")).starts_with("x.toml:2: field memory_bytes: invalid type")
@@ -208,7 +263,7 @@ mod tests {
     #[test]
     fn gpus_resolve_by_id_all_or_path() {
         assert_eq!(resolve_gpus("rtx3070").unwrap()[0].memory_bytes, 8 << 30);
-        assert_eq!(resolve_gpus("all").unwrap().len(), 14);
+        assert_eq!(resolve_gpus("all").unwrap().len(), 15);
         assert!(resolve_gpus("rtx9999").unwrap_err().to_string().contains("built in: gtx1660ti"));
     }
 }

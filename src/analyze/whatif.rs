@@ -1,37 +1,61 @@
-//! Pure: planning for a GPU you do not have. A measured memory line plus a
-//! GPU profile's capacity and overhead give a predicted max batch.
+//! Pure: planning for a GPU you do not have. A run's reserved lines plus
+//! a GPU profile's capacity and overheads give a predicted max batch, and
+//! the device memory at it part by part ([`crate::analyze::device_memory`]).
 use serde::Serialize;
 
 use crate::analyze::analysis::round_down;
+use crate::analyze::device_memory::{DeviceMemory, Overheads, Reserved};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::profile::GpuProfile;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuPrediction {
     pub gpu: GpuProfile,
-    /// The line it is predicted from.
+    /// What reserved bytes are predicted from.
+    pub reserved: Reserved,
+    /// The straight piece of it at the recommended batch (batch 1 when
+    /// nothing fits).
     pub fit: LinearFit,
+    pub overheads: Overheads,
+    /// Capacity less the margin less the overheads: what the line must stay under.
     pub budget: Budget,
     /// Predicted, never measured on this GPU.
     pub max_batch: u64,
     pub recommended_batch: u64,
-    /// The fit's peak at the recommended batch.
+    /// The reserved line's bytes at the recommended batch.
     pub predicted_peak_bytes: Option<f64>,
+    /// The device memory at the recommended batch, part by part.
+    pub device_memory: Option<DeviceMemory>,
 }
 
-/// The max and recommended batch the fit predicts on `gpu`: its memory minus
-/// the margin minus its CUDA context overhead is the budget.
-pub fn predict_for(fit: &LinearFit, gpu: &GpuProfile, margin_fraction: f64, multiple_of: u64) -> GpuPrediction {
-    let budget = Budget::new(gpu.memory_bytes, margin_fraction, gpu.context_overhead_bytes);
-    let max_batch = fit.max_batch_within(budget.budget_bytes).unwrap_or(0);
+/// The max and recommended batch `reserved` predicts on `gpu`: its memory
+/// minus the margin minus its CUDA context (and, for lines from a CPU run,
+/// the cuBLAS workspace a GPU run's reserved bytes would hold) is the budget.
+pub fn predict_for(
+    reserved: &Reserved,
+    from_gpu: bool,
+    gpu: &GpuProfile,
+    margin_fraction: f64,
+    multiple_of: u64,
+) -> GpuPrediction {
+    let overheads = Overheads {
+        context_bytes: gpu.context_overhead_bytes,
+        cublas_workspace_bytes: if from_gpu { 0 } else { gpu.cublas_workspace_reserved_bytes() },
+    };
+    let budget = Budget::new(gpu.memory_bytes, margin_fraction, overheads.total());
+    let max_batch = reserved.max_batch_within(budget.budget_bytes).unwrap_or(0);
     let recommended_batch = round_down(max_batch, multiple_of);
+    let device_memory = (recommended_batch > 0).then(|| DeviceMemory::at(reserved, overheads, recommended_batch));
     GpuPrediction {
         gpu: gpu.clone(),
-        fit: *fit,
+        reserved: reserved.clone(),
+        fit: reserved.line_at(recommended_batch.max(1)),
+        overheads,
         budget,
         max_batch,
         recommended_batch,
-        predicted_peak_bytes: (recommended_batch > 0).then(|| fit.predict(recommended_batch)),
+        predicted_peak_bytes: device_memory.map(|m| m.reserved_bytes),
+        device_memory,
     }
 }
 
@@ -46,23 +70,34 @@ mod tests {
             memory_bytes: gib << 30,
             context_overhead_bytes: overhead_mib << 20,
             overhead_source: "test".into(),
+            cublas_workspace_bytes: 8 << 20,
             bf16: false,
         }
     }
 
     #[test]
-    fn the_budget_is_memory_less_margin_less_overhead() {
-        // 1 GiB fixed, 100 MiB per sample.
-        let fit =
-            LinearFit { fixed_bytes: (1u64 << 30) as f64, per_sample_bytes: (100u64 << 20) as f64, r2: 1.0, points: 4 };
+    fn the_budget_is_memory_less_margin_less_overheads() {
+        // 1 GiB fixed, 100 MiB per sample, measured on a GPU (its reserved
+        // bytes hold the cuBLAS workspace).
+        let lines = Reserved::Line(LinearFit {
+            fixed_bytes: (1u64 << 30) as f64,
+            per_sample_bytes: (100u64 << 20) as f64,
+            r2: 1.0,
+            points: 4,
+        });
         // 8 GiB: 8192 - 819.2 - 512 - 1024 = 5836.8 MiB -> 58 samples.
-        let p = predict_for(&fit, &gpu(8, 512), 0.10, 1);
+        let p = predict_for(&lines, true, &gpu(8, 512), 0.10, 1);
         assert_eq!((p.max_batch, p.recommended_batch), (58, 58));
         assert_eq!(p.budget.budget_bytes, (8u64 << 30) - ((8u64 << 30) as f64 * 0.1).ceil() as u64 - (512 << 20));
-        assert_eq!(predict_for(&fit, &gpu(8, 512), 0.10, 8).recommended_batch, 56);
+        assert_eq!(predict_for(&lines, true, &gpu(8, 512), 0.10, 8).recommended_batch, 56);
         // 80 GiB: 81920 - 8192 - 512 - 1024 = 72192 MiB -> 721.
-        assert_eq!(predict_for(&fit, &gpu(80, 512), 0.10, 1).max_batch, 721);
+        assert_eq!(predict_for(&lines, true, &gpu(80, 512), 0.10, 1).max_batch, 721);
         // Too small for the fixed part.
-        assert_eq!(predict_for(&fit, &gpu(1, 512), 0.10, 1).max_batch, 0);
+        assert_eq!(predict_for(&lines, true, &gpu(1, 512), 0.10, 1).max_batch, 0);
+        // From a CPU run the cuBLAS workspace comes off the budget too.
+        let cpu = predict_for(&lines, false, &gpu(8, 512), 0.10, 1);
+        assert_eq!(cpu.budget.budget_bytes, p.budget.budget_bytes - (20 << 20));
+        let m = cpu.device_memory.unwrap();
+        assert_eq!(m.total_bytes(), ((1024 + 58 * 100 + 512 + 20) as f64) * (1u64 << 20) as f64);
     }
 }

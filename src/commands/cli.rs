@@ -60,7 +60,7 @@ pub enum Command {
     Exec(ExecArgs),
     /// Predict the max batch on GPUs you do not have, from a measured run.
     #[command(
-        after_help = "Examples:\n  vramprobe plan --from runs/X/report.json --gpu rtx3070\n  vramprobe plan --from runs/X/report.json --gpu all --multiple-of 8\n  vramprobe plan --from runs/X/report.json --gpu my-gpu.toml"
+        after_help = "Examples:\n  vramprobe plan --from runs/X/report.json --gpu rtx3070\n  vramprobe plan --from runs/X/report.json --gpu all --multiple-of 8\n  vramprobe plan --from runs/X/report.json --gpu my-gpu.toml\n  vramprobe plan --from runs/X/report.json --gpu h100-80gb --explain --at 256,512"
     )]
     Plan(PlanArgs),
     /// Re-render a saved run's table, plots and HTML page from its report.json,
@@ -345,6 +345,14 @@ pub struct PlanArgs {
     /// Where to write the plan rows [default: plan-gpus.csv beside the report].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Show the predicted device memory part by part (reserved, cuBLAS
+    /// workspace, CUDA context) at the recommended batch, and write them
+    /// to plan-gpus-memory.csv beside the plan rows.
+    #[arg(long)]
+    pub explain: bool,
+    /// With --explain: also at these batches, e.g. 32,64,128.
+    #[arg(long, requires = "explain", allow_hyphen_values = true, value_parser = parse_batches)]
+    pub at: Option<Batches>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -15,7 +15,7 @@ use crate::measure::meter::MemoryMeter;
 use crate::measure::workload::Workload;
 use crate::measure::{breakdown, shim};
 use crate::record::device::Device;
-use crate::record::trial::{Message, Outcome, StartRecord, StepRecord, TrialSpec, PROTOCOL_VERSION};
+use crate::record::trial::{Message, Outcome, StartRecord, StepRecord, StepTrace, TrialSpec, PROTOCOL_VERSION};
 
 fn emit(out: &mut impl Write, msg: &Message) -> Result<()> {
     serde_json::to_writer(&mut *out, msg)?;
@@ -101,6 +101,12 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             let trace = events.iter().map(|e| (e.ptr, e.size));
             // Unbounded: the model cannot run out, so every step has its prediction.
             rec.predicted_cuda_peak_reserved_bytes = model.replay_step(live, trace).ok();
+            if step == spec.steps {
+                rec.trace = Some(Box::new(StepTrace {
+                    live: baseline.iter().map(|l| (l.ptr, l.size.max(0) as u64)).collect(),
+                    events: events.iter().map(|e| (e.ptr, e.size, e.op)).collect(),
+                }));
+            }
         }
         if spec.breakdown {
             let breakdown =

@@ -138,6 +138,23 @@ pub struct StepRecord {
     /// What the step's peak is made of, when it was broken down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<Box<Breakdown>>,
+    /// A built-in model's last CPU step: its allocations and frees, for the
+    /// sweep to scale to batches it did not run. The sweep takes it out on
+    /// arrival: it is never in report.json or steps.csv.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Box<StepTrace>>,
+}
+
+/// One training step's allocations and frees, in order, as the allocator
+/// saw them: what a model of another allocator can replay.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepTrace {
+    /// `(address, bytes)` of each allocation live when the step began.
+    pub live: Vec<(u64, u64)>,
+    /// `(address, bytes, op)`: bytes negative for a free; `op` names the
+    /// outermost op running (the same name, the same number, within a
+    /// sweep's built-in trials), or -1.
+    pub events: Vec<(u64, i64, i32)>,
 }
 
 impl StepRecord {

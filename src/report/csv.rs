@@ -39,7 +39,8 @@ fn header_of<T: Serialize + Default>() -> Vec<String> {
 
 pub fn steps_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
     // The breakdown has its own file (breakdown.csv).
-    let steps = trials.iter().flat_map(|t| t.steps.iter()).map(|s| StepRecord { breakdown: None, ..s.clone() });
+    let steps =
+        trials.iter().flat_map(|t| t.steps.iter()).map(|s| StepRecord { breakdown: None, trace: None, ..s.clone() });
     to_bytes::<StepRecord>(steps)
 }
 
@@ -211,7 +212,7 @@ pub fn gpu_plan_row(
         device_name: prediction.gpu.name.clone(),
         capacity_bytes: prediction.gpu.memory_bytes,
         margin_fraction,
-        non_pytorch_bytes: prediction.gpu.context_overhead_bytes,
+        non_pytorch_bytes: prediction.budget.non_pytorch_bytes,
         budget_bytes: prediction.budget.budget_bytes,
         strategy: Some(PlanStrategy::PredictedFrom(report.device)),
         max_batch: prediction.max_batch,

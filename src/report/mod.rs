@@ -1,13 +1,15 @@
 //! Reporting: formatters that take measured data and return bytes (table,
 //! csv, json, plot, html: no file system there), and the few parts that
 //! meet the outside world on the reporting side: atomic writes and the run
-//! folder ([`output`]), reading plan.csv back ([`plan_file`]), the
+//! folder ([`output`]), reading plan.csv back ([`plan_file`]), `plan
+//! --explain`'s parts of device memory ([`device_memory`]), the
 //! trainer's log and its plot ([`train_log`]), terminal progress
 //! ([`progress`]). Nothing here runs a trial.
 //!
 //! Layer 3: may import `analyze`, `measure`, `record`, `units`, `interrupt`, `error`;
 //! never `sweep`, `train`, `bench` or `commands`.
 pub mod csv;
+pub mod device_memory;
 pub mod grid;
 pub mod html;
 pub mod json;

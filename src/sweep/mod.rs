@@ -7,6 +7,7 @@
 //! Layer 2: may import `analyze` (the run's [`Report`] is built here),
 //! `measure`, `record`, `units`, `interrupt`, `error`; never `report`,
 //! `train`, `bench` or `commands`.
+mod device_curve;
 #[cfg(test)]
 mod tests;
 pub mod variants;
@@ -25,7 +26,7 @@ use crate::measure::environment;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
-use crate::record::trial::{Outcome, StepMark, StepRecord, TrialResult};
+use crate::record::trial::{Outcome, StepMark, StepRecord, StepTrace, TrialResult};
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
@@ -106,6 +107,9 @@ struct Sweep<'a> {
     /// Searching for the largest batch the capacity holds, the margin set
     /// aside (after no batch fitted within it).
     margin_off: bool,
+    /// The last step's trace of each batch that fitted (built-in models on
+    /// the CPU), for the GPU curve; kept here, never in the report.
+    traces: Vec<(u64, StepTrace)>,
 }
 
 impl Sweep<'_> {
@@ -134,7 +138,11 @@ impl Sweep<'_> {
         let trial = self.report.trials.len() as u32 + 1;
         self.sink.trial_started(trial, batch);
         let sink = &mut *self.sink;
-        let result = self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?;
+        let mut result = self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?;
+        let trace = result.steps.iter_mut().filter_map(|s| s.trace.take()).last();
+        if let Some(trace) = trace.filter(|_| result.outcome == Outcome::Fits) {
+            self.traces.push((batch, *trace));
+        }
         if self.report.device_name.is_none() {
             self.report.device_name = result.device_name.clone();
         }
@@ -352,7 +360,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         notes: cfg.notes.clone(),
     };
     sink.report(&report)?;
-    let mut sweep = Sweep { cfg, runner, sink, report, budget: None, margin_off: false };
+    let mut sweep = Sweep { cfg, runner, sink, report, budget: None, margin_off: false, traces: Vec::new() };
 
     let mut strategy = cfg.strategy();
     let (_, mut result) = search::run(strategy.as_mut(), &mut sweep)?;
@@ -373,6 +381,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         report.notes.push(Note::BudgetUnknown);
         Budget::new(cfg.capacity.unwrap_or(0), cfg.margin_fraction, 0)
     });
+    let curve = device_curve::reserved_curve(&sweep.traces);
     let input = AnalysisInput {
         device: cfg.device,
         budget,
@@ -380,6 +389,8 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         strategy: cfg.strategy_name(),
         search: result,
         multiple_of: cfg.multiple_of,
+        cuda_reserved_curve_from: curve.as_ref().map(|c| c.1),
+        cuda_reserved_curve: curve.map(|c| c.0).unwrap_or_default(),
     };
     let mut analysis = analysis::analyze(&report.trials, input);
     if ignored {

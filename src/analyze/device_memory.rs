@@ -1,0 +1,221 @@
+//! Pure: a GPU's device memory for a batch, predicted part by part (what
+//! `plan --explain` shows):
+//!
+//! - **reserved**: what the caching allocator holds at the step's peak.
+//!   From a CPU run of a built-in model, a curve: the sweep scales the
+//!   last step's trace of its two largest batches to larger ones
+//!   ([`crate::analyze::trace_scale`]) and replays each through the
+//!   allocator's model, so the optimizer step's flat peak at small batches,
+//!   the activations' growth at large ones and the fragmentation between
+//!   them are all in it. From a GPU run, or where no traces align, the
+//!   run's measured line.
+//! - **cuBLAS workspace**: allocated through the caching allocator on the
+//!   first matmul of each thread, so in a GPU run's reserved bytes, never in
+//!   a CPU trace.
+//! - **CUDA context**: the driver's, outside the allocator (the profile's).
+//!
+//! cuDNN convolution workspaces are not a part: PyTorch takes them from
+//! what is free at each call and tries another algorithm when one cannot
+//! be allocated, so they fill memory without deciding the max batch (the
+//! note `plan --explain` prints says so).
+use serde::{Deserialize, Serialize};
+
+use crate::analyze::fit::LinearFit;
+
+/// A batch and what the allocator's model reserved for its scaled trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    pub batch: u64,
+    pub reserved_bytes: u64,
+}
+
+/// What reserved bytes at a batch are predicted from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reserved {
+    /// A measured line (a GPU's reserved, a CPU's allocated, or the
+    /// allocator's model of each trial's own trace).
+    Line(LinearFit),
+    /// Points by the allocator's model at batches the run's traces were
+    /// scaled to, ascending; straight between them, and past the last
+    /// along the last two. Kept non-decreasing: a batch never needs less
+    /// than a smaller one.
+    Curve(Vec<CurvePoint>),
+}
+
+impl Reserved {
+    /// A curve from at least two points at distinct batches, else `None`.
+    pub fn curve(points: &[CurvePoint]) -> Option<Reserved> {
+        let mut points = points.to_vec();
+        points.sort_unstable_by_key(|p| p.batch);
+        points.dedup_by_key(|p| p.batch);
+        let mut highest = 0;
+        for p in &mut points {
+            highest = highest.max(p.reserved_bytes);
+            p.reserved_bytes = highest;
+        }
+        (points.len() >= 2).then_some(Reserved::Curve(points))
+    }
+
+    /// The straight piece that holds `batch` (a curve's segment, or the line).
+    pub fn line_at(&self, batch: u64) -> LinearFit {
+        match self {
+            Reserved::Line(f) => *f,
+            Reserved::Curve(points) => {
+                let i = points.windows(2).position(|w| batch <= w[1].batch).unwrap_or(points.len() - 2);
+                let (a, b) = (points[i], points[i + 1]);
+                let slope = (b.reserved_bytes as f64 - a.reserved_bytes as f64) / (b.batch - a.batch) as f64;
+                LinearFit {
+                    fixed_bytes: a.reserved_bytes as f64 - slope * a.batch as f64,
+                    per_sample_bytes: slope,
+                    r2: 1.0,
+                    points: 2,
+                }
+            }
+        }
+    }
+
+    /// The predicted reserved bytes at `batch`.
+    pub fn at(&self, batch: u64) -> f64 {
+        self.line_at(batch).predict(batch).max(0.0)
+    }
+
+    /// Whether the bytes grow with the batch at all (a flat run has no
+    /// limit to predict).
+    pub fn grows(&self) -> bool {
+        match self {
+            Reserved::Line(f) => f.per_sample_bytes > 0.0,
+            Reserved::Curve(points) => {
+                points.last().map(|p| p.reserved_bytes) > points.first().map(|p| p.reserved_bytes)
+            }
+        }
+    }
+
+    /// The largest batch whose reserved bytes stay within `budget_bytes`:
+    /// `None` when they stop growing within it, `Some(0)` when batch 1
+    /// does not fit.
+    pub fn max_batch_within(&self, budget_bytes: u64) -> Option<u64> {
+        let budget = budget_bytes as f64;
+        if self.at(1) > budget {
+            return Some(0);
+        }
+        match self {
+            Reserved::Line(f) => f.max_batch_within(budget_bytes),
+            Reserved::Curve(_) => {
+                // Non-decreasing: the first batch over the budget, by bisection.
+                let (mut fits, mut over) = (1u64, 2u64);
+                while self.at(over) <= budget {
+                    if over >= 1 << 40 || self.line_at(over).per_sample_bytes <= 0.0 && over > self.last_batch() {
+                        return None;
+                    }
+                    fits = over;
+                    over *= 2;
+                }
+                while over - fits > 1 {
+                    let mid = fits + (over - fits) / 2;
+                    if self.at(mid) <= budget {
+                        fits = mid;
+                    } else {
+                        over = mid;
+                    }
+                }
+                Some(fits)
+            }
+        }
+    }
+
+    fn last_batch(&self) -> u64 {
+        match self {
+            Reserved::Line(_) => 0,
+            Reserved::Curve(points) => points.last().map_or(0, |p| p.batch),
+        }
+    }
+}
+
+/// What sits on the device besides the line, from a GPU profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Overheads {
+    pub context_bytes: u64,
+    /// What the cuBLAS workspaces reserve; 0 when the line is a GPU's
+    /// reserved bytes (they hold them already).
+    pub cublas_workspace_bytes: u64,
+}
+
+impl Overheads {
+    pub fn total(&self) -> u64 {
+        self.context_bytes + self.cublas_workspace_bytes
+    }
+}
+
+/// The device memory predicted at one batch, part by part.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DeviceMemory {
+    pub batch: u64,
+    pub reserved_bytes: f64,
+    pub overheads: Overheads,
+}
+
+impl DeviceMemory {
+    pub fn at(reserved: &Reserved, overheads: Overheads, batch: u64) -> DeviceMemory {
+        DeviceMemory { batch, reserved_bytes: reserved.at(batch), overheads }
+    }
+
+    /// What NVML would show as used by the job.
+    pub fn total_bytes(&self) -> f64 {
+        self.reserved_bytes + self.overheads.total() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn line(fixed_mib: f64, per_sample_mib: f64) -> LinearFit {
+        let mib = MIB as f64;
+        LinearFit { fixed_bytes: fixed_mib * mib, per_sample_bytes: per_sample_mib * mib, r2: 1.0, points: 3 }
+    }
+
+    fn point(batch: u64, mib: u64) -> CurvePoint {
+        CurvePoint { batch, reserved_bytes: mib * MIB }
+    }
+
+    #[test]
+    fn a_curve_is_straight_between_its_points_and_past_the_last_along_the_last_two() {
+        // Flat where the optimizer step sets the peak, then 100 MiB a sample.
+        let c = Reserved::curve(&[point(8, 3000), point(4, 3000), point(16, 3000), point(32, 4600), point(64, 7800)])
+            .unwrap();
+        assert_eq!(c.at(12), (3000 * MIB) as f64);
+        assert_eq!(c.at(24), (3800 * MIB) as f64);
+        assert_eq!(c.at(128), (14200 * MIB) as f64);
+        assert_eq!(c.at(2), (3000 * MIB) as f64);
+        assert_eq!(c.line_at(100), LinearFit { points: 2, ..line(1400.0, 100.0) });
+        // 10000 MiB: 3000 + 100 (b - 16) <= ... from the 32..64 piece: 1400 + 100 b -> 86.
+        assert_eq!(c.max_batch_within(10000 * MIB), Some(86));
+        assert_eq!(c.max_batch_within(2999 * MIB), Some(0));
+        assert!(c.grows());
+    }
+
+    #[test]
+    fn a_curve_never_falls_and_a_flat_one_has_no_limit() {
+        // The allocator's model can reserve less at a larger batch (other
+        // fragmentation); the curve keeps the larger.
+        let c = Reserved::curve(&[point(4, 3000), point(8, 2900), point(16, 3600)]).unwrap();
+        assert_eq!(c.at(8), (3000 * MIB) as f64);
+        let flat = Reserved::curve(&[point(4, 3000), point(8, 3000)]).unwrap();
+        assert!(!flat.grows());
+        assert_eq!(flat.max_batch_within(4000 * MIB), None);
+        assert!(Reserved::curve(&[point(4, 1), point(4, 2)]).is_none());
+    }
+
+    #[test]
+    fn device_memory_is_the_reserved_bytes_plus_the_overheads() {
+        let reserved = Reserved::Line(line(100.0, 10.0));
+        let overheads = Overheads { context_bytes: 500 * MIB, cublas_workspace_bytes: 20 * MIB };
+        let m = DeviceMemory::at(&reserved, overheads, 10);
+        assert_eq!(m.reserved_bytes, (200 * MIB) as f64);
+        assert_eq!(m.total_bytes(), (720 * MIB) as f64);
+        assert_eq!(reserved.max_batch_within(200 * MIB), Some(10));
+    }
+}
