@@ -9,7 +9,10 @@ scaled to each batch, + the cuBLAS workspace + the profile's context).
 Also the max batch `plan` predicts at margin 0 against the largest batch
 the GPU ran in the set.
 
-    python3 scripts/bench_gpu_predict.py VRAMPROBE CALIBRATION.csv OUT.csv [GROUP ...]
+    python3 scripts/bench_gpu_predict.py VRAMPROBE CALIBRATION.csv OUT.csv [--reuse] [GROUP ...]
+
+Each workload's sweep is kept in target/bench-gpu-predict/WORKLOAD; with
+--reuse a sweep already there is not run again (plan alone is rerun).
 
 GROUP names pick workloads (default: all): resnet50-amp, resnet50, mobilenet_v2,
 efficientnet_b0, inception_v3, vgg16.
@@ -19,8 +22,8 @@ import json
 import os
 import statistics
 import subprocess
+import shutil
 import sys
-import tempfile
 import time
 
 MIB = 1 << 20
@@ -72,25 +75,33 @@ def run(command):
     return done.stdout
 
 
-def sweep(vramprobe, options, out):
-    """One CPU sweep at batches 2, 4, 8 into `out`: its analysis and seconds."""
+def sweep(vramprobe, options, out, reuse):
+    """One CPU sweep at batches 2, 4, 8 into `out`: its analysis and seconds
+    (0 when an earlier one was reused)."""
     started = time.perf_counter()
-    run([vramprobe, "sweep", *options, "--device", "cpu", "--batches", "2,4,8", "--quiet", "--out", out])
-    with open(os.path.join(out, "report.json")) as f:
-        return json.load(f)["analysis"], time.perf_counter() - started
+    report = os.path.join(out, "report.json")
+    if not (reuse and os.path.exists(report)):
+        shutil.rmtree(out, ignore_errors=True)
+        run([vramprobe, "sweep", *options, "--device", "cpu", "--batches", "2,4,8", "--quiet", "--out", out])
+        seconds = time.perf_counter() - started
+    else:
+        seconds = 0.0
+    with open(report) as f:
+        return json.load(f)["analysis"], seconds
 
 
 def plan(vramprobe, out, gpu, batches):
     """`plan --explain` at `batches` on `gpu` at margin 0: the device MiB at
-    each batch, and the max batch."""
+    each batch, the max batch, and the profile's context MiB."""
     plan_csv = os.path.join(out, f"plan-{gpu}.csv")
     run([vramprobe, "plan", "--from", os.path.join(out, "report.json"), "--gpu", gpu, "--margin", "0",
          "--explain", "--at", ",".join(map(str, batches)), "--out", plan_csv])
     with open(plan_csv.replace(".csv", "-memory.csv"), newline="") as f:
-        parts = {int(r["batch"]): int(r["device_bytes"]) / MIB for r in csv.DictReader(f) if r["recommended"] == "false"}
+        memory = list(csv.DictReader(f))
+    parts = {int(r["batch"]): int(r["device_bytes"]) / MIB for r in memory if r["recommended"] == "false"}
     with open(plan_csv, newline="") as f:
         max_batch = int(next(csv.DictReader(f))["max_batch"])
-    return parts, max_batch
+    return parts, max_batch, int(memory[0]["context_bytes"]) / MIB
 
 
 def predicted_mib(fit, batch):
@@ -99,32 +110,40 @@ def predicted_mib(fit, batch):
 
 def main():
     vramprobe, calibration, out_csv = sys.argv[1:4]
-    wanted = sys.argv[4:] or list(GROUPS)
+    reuse = "--reuse" in sys.argv[4:]
+    wanted = [a for a in sys.argv[4:] if a != "--reuse"] or list(GROUPS)
+    runs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(out_csv))), "target", "bench-gpu-predict")
     with open(calibration, newline="") as f:
         readings = list(csv.DictReader(f))
-    rows, maxes = [], []
+    rows, maxes, contexts = [], [], {}
     for name in wanted:
         matches, options = GROUPS[name]
         group = [r for r in readings if matches(r)]
         if not group:
             continue
-        with tempfile.TemporaryDirectory() as out:
-            analysis, seconds = sweep(vramprobe, options, os.path.join(out, "run"))
-            print(f"{name}: {len(group)} readings, CPU sweep {seconds:.0f} s", file=sys.stderr, flush=True)
-            for gpu in sorted({profile_of(r["gpu"]) for r in group}):
-                on_gpu = [r for r in group if profile_of(r["gpu"]) == gpu]
-                parts, max_batch = plan(vramprobe, os.path.join(out, "run"), gpu, sorted({int(r["batch"]) for r in on_gpu}))
-                maxes.append({"workload": name, "gpu": gpu, "predicted_max_batch": max_batch,
-                              "largest_batch_run": max(int(r["batch"]) for r in on_gpu)})
-                for r in on_gpu:
-                    batch, measured = int(r["batch"]), float(r["memory_mib"])
-                    row = {"workload": name, "gpu": r["gpu"], "batch": batch, "measured_mib": measured}
-                    allocated = predicted_mib(analysis["allocated_fit"], batch)
-                    row["allocated_fit_mib"] = round(allocated)
-                    row["allocated_fit_error"] = round((allocated - measured) / measured, 4)
-                    row["plan_mib"] = round(parts[batch])
-                    row["plan_error"] = round((parts[batch] - measured) / measured, 4)
-                    rows.append(row)
+        out = os.path.join(runs, name)
+        analysis, seconds = sweep(vramprobe, options, out, reuse)
+        print(f"{name}: {len(group)} readings, CPU sweep {seconds:.0f} s", file=sys.stderr, flush=True)
+        for gpu in sorted({profile_of(r["gpu"]) for r in group}):
+            on_gpu = [r for r in group if profile_of(r["gpu"]) == gpu]
+            parts, max_batch, context = plan(vramprobe, out, gpu, sorted({int(r["batch"]) for r in on_gpu}))
+            # The context this workload implies: the profile's, plus what its
+            # smallest batch's reading holds beyond the prediction there
+            # (where errors per sample weigh least).
+            smallest = min(on_gpu, key=lambda r: int(r["batch"]))
+            implied = context + float(smallest["memory_mib"]) - parts[int(smallest["batch"])]
+            contexts.setdefault(gpu, []).append((name, implied))
+            maxes.append({"workload": name, "gpu": gpu, "predicted_max_batch": max_batch,
+                          "largest_batch_run": max(int(r["batch"]) for r in on_gpu)})
+            for r in on_gpu:
+                batch, measured = int(r["batch"]), float(r["memory_mib"])
+                row = {"workload": name, "gpu": r["gpu"], "batch": batch, "measured_mib": measured}
+                allocated = predicted_mib(analysis["allocated_fit"], batch)
+                row["allocated_fit_mib"] = round(allocated)
+                row["allocated_fit_error"] = round((allocated - measured) / measured, 4)
+                row["plan_mib"] = round(parts[batch])
+                row["plan_error"] = round((parts[batch] - measured) / measured, 4)
+                rows.append(row)
     with open(out_csv, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -141,6 +160,12 @@ def main():
     print("|---|---|---|---|")
     for m in maxes:
         print(f"| {m['workload']} | {m['gpu']} | {m['predicted_max_batch']} | {m['largest_batch_run']} |")
+    print()
+    print("| GPU profile | CUDA context each workload implies (MiB) | median |")
+    print("|---|---|---|")
+    for gpu, implied in contexts.items():
+        each = ", ".join(f"{n} {v:.0f}" for n, v in implied)
+        print(f"| {gpu} | {each} | {statistics.median(v for _, v in implied):.0f} |")
     print()
     for line in ("allocated_fit", "plan"):
         errors = [abs(r[f"{line}_error"]) for r in rows]

@@ -89,6 +89,15 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
     hook_records_follow_the_protocol(&dir.path().join("run/trials/001-batch-8"));
     // The explain trial: the max batch again, its peak broken down.
     hook_records_follow_the_protocol(&dir.path().join("run/trials/003-batch-16"));
+    // For GPUs: the last step's trace of each batch, scaled to larger ones
+    // and replayed through the caching allocator's model, as for a built-in.
+    assert_eq!(report["analysis"]["cuda_reserved_curve_from"], serde_json::json!([8, 16]));
+    let curve = report["analysis"]["cuda_reserved_curve"].as_array().unwrap();
+    assert!(
+        curve.len() > 5 && curve.windows(2).all(|w| w[0]["reserved_bytes"].as_u64() <= w[1]["reserved_bytes"].as_u64())
+    );
+    let largest = curve.last().unwrap();
+    assert!(largest["reserved_bytes"].as_u64().unwrap() > 1 << 30, "{largest}");
 }
 
 /// The hook's records from a real trial against the protocol's one Rust
@@ -111,6 +120,17 @@ fn hook_records_follow_the_protocol(trial: &Path) {
         let (fb, opt) = (s.forward_backward_peak_bytes.unwrap(), s.optimizer_peak_bytes.unwrap());
         assert_eq!(fb.max(opt), s.peak_allocated_bytes, "step {}: the larger side is the peak", s.step);
     }
+    // The last step carries its trace: replayed in order from what was live,
+    // the bytes held reach exactly the step's peak.
+    let trace = steps.last().unwrap().trace.as_ref().expect("the last CPU step's trace");
+    let mut held: i64 = trace.live.iter().map(|l| l.1 as i64).sum();
+    let mut peak = held;
+    for e in &trace.events {
+        held += e.1;
+        peak = peak.max(held);
+    }
+    assert_eq!(peak as u64, steps.last().unwrap().peak_allocated_bytes);
+    assert!(steps[..steps.len() - 1].iter().all(|s| s.trace.is_none()));
     assert_eq!(messages.iter().any(|m| matches!(m, Message::Breakdown { .. })), spec.breakdown, "{text}");
     assert!(matches!(messages.last(), Some(Message::End { .. })), "{text}");
     // The hook says the same version as the Rust side.

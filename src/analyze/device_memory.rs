@@ -40,7 +40,45 @@ pub enum Reserved {
     /// scaled to, ascending; straight between them, and past the last
     /// along the last two. Kept non-decreasing: a batch never needs less
     /// than a smaller one.
-    Curve(Vec<CurvePoint>),
+    Curve {
+        points: Vec<CurvePoint>,
+        /// Over the larger half of the points: their least-squares line
+        /// raised to the highest of them. Where a point lies under its
+        /// neighbours' trend (the model's fragmentation at one batch size
+        /// happened to be kind), the prediction does not follow it down:
+        /// a GPU's fragmentation at the batch in between is not the model's.
+        upper: Option<UpperLine>,
+    },
+}
+
+/// A line that applies from a batch on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct UpperLine {
+    pub from_batch: u64,
+    pub line: LinearFit,
+}
+
+/// The segment of `points` (at least two) that holds `batch`; the first
+/// before them, the last past them.
+fn segment(points: &[CurvePoint], batch: u64) -> LinearFit {
+    let i = points.windows(2).position(|w| batch <= w[1].batch).unwrap_or(points.len() - 2);
+    let (a, b) = (points[i], points[i + 1]);
+    let slope = (b.reserved_bytes as f64 - a.reserved_bytes as f64) / (b.batch - a.batch) as f64;
+    LinearFit {
+        fixed_bytes: a.reserved_bytes as f64 - slope * a.batch as f64,
+        per_sample_bytes: slope,
+        r2: 1.0,
+        points: 2,
+    }
+}
+
+/// The larger half's line through `points`, raised to its highest point.
+fn upper_line(points: &[CurvePoint]) -> Option<UpperLine> {
+    let half = &points[points.len() / 2..];
+    let pairs: Vec<(u64, u64)> = half.iter().map(|p| (p.batch, p.reserved_bytes)).collect();
+    let line = LinearFit::fit(&pairs).ok().filter(|_| half.len() >= 3)?;
+    let above = half.iter().map(|p| p.reserved_bytes as f64 - line.predict(p.batch)).fold(0.0, f64::max);
+    Some(UpperLine { from_batch: half[0].batch, line: LinearFit { fixed_bytes: line.fixed_bytes + above, ..line } })
 }
 
 impl Reserved {
@@ -54,22 +92,20 @@ impl Reserved {
             highest = highest.max(p.reserved_bytes);
             p.reserved_bytes = highest;
         }
-        (points.len() >= 2).then_some(Reserved::Curve(points))
+        let upper = upper_line(&points);
+        (points.len() >= 2).then_some(Reserved::Curve { points, upper })
     }
 
-    /// The straight piece that holds `batch` (a curve's segment, or the line).
+    /// The straight piece that holds `batch` (a curve's segment or its
+    /// upper line, or the line).
     pub fn line_at(&self, batch: u64) -> LinearFit {
         match self {
             Reserved::Line(f) => *f,
-            Reserved::Curve(points) => {
-                let i = points.windows(2).position(|w| batch <= w[1].batch).unwrap_or(points.len() - 2);
-                let (a, b) = (points[i], points[i + 1]);
-                let slope = (b.reserved_bytes as f64 - a.reserved_bytes as f64) / (b.batch - a.batch) as f64;
-                LinearFit {
-                    fixed_bytes: a.reserved_bytes as f64 - slope * a.batch as f64,
-                    per_sample_bytes: slope,
-                    r2: 1.0,
-                    points: 2,
+            Reserved::Curve { points, upper } => {
+                let piece = segment(points, batch);
+                match upper {
+                    Some(u) if batch >= u.from_batch && u.line.predict(batch) > piece.predict(batch) => u.line,
+                    _ => piece,
                 }
             }
         }
@@ -85,7 +121,7 @@ impl Reserved {
     pub fn grows(&self) -> bool {
         match self {
             Reserved::Line(f) => f.per_sample_bytes > 0.0,
-            Reserved::Curve(points) => {
+            Reserved::Curve { points, .. } => {
                 points.last().map(|p| p.reserved_bytes) > points.first().map(|p| p.reserved_bytes)
             }
         }
@@ -101,7 +137,7 @@ impl Reserved {
         }
         match self {
             Reserved::Line(f) => f.max_batch_within(budget_bytes),
-            Reserved::Curve(_) => {
+            Reserved::Curve { .. } => {
                 // Non-decreasing: the first batch over the budget, by bisection.
                 let (mut fits, mut over) = (1u64, 2u64);
                 while self.at(over) <= budget {
@@ -127,7 +163,7 @@ impl Reserved {
     fn last_batch(&self) -> u64 {
         match self {
             Reserved::Line(_) => 0,
-            Reserved::Curve(points) => points.last().map_or(0, |p| p.batch),
+            Reserved::Curve { points, .. } => points.last().map_or(0, |p| p.batch),
         }
     }
 }
@@ -195,6 +231,21 @@ mod tests {
         assert_eq!(c.max_batch_within(10000 * MIB), Some(86));
         assert_eq!(c.max_batch_within(2999 * MIB), Some(0));
         assert!(c.grows());
+    }
+
+    #[test]
+    fn a_point_under_its_neighbours_trend_does_not_pull_the_prediction_down() {
+        // 100 MiB a sample, but the model's fragmentation at batch 64 was kind.
+        let batches = [8, 16, 32, 48, 64, 96, 128];
+        let points: Vec<CurvePoint> = batches.iter().map(|&b| point(b, if b == 64 { 5000 } else { 100 * b })).collect();
+        let c = Reserved::curve(&points).unwrap();
+        // The larger half's line (48..128) raised to its highest point lies
+        // above every one of them, and above the straight piece at 64.
+        assert!(c.at(64) >= (6400 * MIB) as f64 && c.at(80) >= (8000 * MIB) as f64);
+        assert!(batches.iter().all(|&b| c.at(b) >= (100 * b * MIB) as f64 || b == 64));
+        // Below the larger half the points stand.
+        assert_eq!(c.at(16), (1600 * MIB) as f64);
+        assert!(matches!(&c, Reserved::Curve { upper: Some(u), .. } if u.from_batch == 48));
     }
 
     #[test]

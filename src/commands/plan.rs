@@ -59,7 +59,7 @@ pub fn run(args: PlanArgs) -> Result<i32> {
             human_bytes(fit.per_sample_bytes),
             fit.r2
         ),
-        Reserved::Curve(points) => println!(
+        Reserved::Curve { points, .. } => println!(
             "{what}: reserved bytes predicted from {source}, up to batch {}",
             points.last().map_or(0, |p| p.batch)
         ),
@@ -96,8 +96,12 @@ pub fn run(args: PlanArgs) -> Result<i32> {
             "note: predicted from host measurements: the CUDA allocator's rounding is not in them (--explain shows the parts)"
         );
     }
-    if predictions.iter().any(|p| p.gpu.overhead_source.starts_with("estimate")) {
-        println!("note: profile overheads marked 'estimate' are not measured (see each profile's overhead_source)");
+    let unmeasured =
+        |p: &GpuPrediction| ["estimate", "calibrated"].iter().any(|w| p.gpu.overhead_source.starts_with(w));
+    if predictions.iter().any(unmeasured) {
+        println!(
+            "note: profile overheads marked 'estimate' or 'calibrated' were not measured on that GPU (see each profile's overhead_source)"
+        );
     }
 
     let at = args.at.as_ref().map_or(&[][..], |b| &b.0[..]);

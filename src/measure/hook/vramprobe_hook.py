@@ -47,6 +47,7 @@ import json
 import os
 import sys
 import time
+import zlib
 
 _state = {
     "armed": False,
@@ -582,6 +583,47 @@ def _profiled_steps(events, marks, optimizer_marks=()):
     return steps
 
 
+def _op_id(node, ids):
+    """A stable number for the outermost op that made an allocation event
+    (the same name, the same number, in every trial of a sweep), or -1."""
+    top, node = None, node.parent
+    while node is not None:
+        top, node = node, node.parent
+    if top is None:
+        return -1
+    import vramprobe_breakdown
+
+    name = vramprobe_breakdown._name(top)
+    if name not in ids:
+        ids[name] = zlib.crc32(name.encode()) & 0x7FFFFFFF
+    return ids[name]
+
+
+def _step_trace(events, start, end, at_start):
+    """The step's allocations and frees in order, and what was live when it
+    began (what earlier events allocated and did not free; anything from
+    before the profiler started as one block of the rest of `at_start`),
+    for the sweep to scale and replay through the GPU allocator's model.
+    None when the events lack addresses (an unusual build)."""
+    try:
+        live = {}
+        for e in events[:start]:
+            f = e.extra_fields
+            if f.alloc_size >= 0:
+                live[f.ptr] = f.alloc_size
+            else:
+                live.pop(f.ptr, None)
+        unknown = at_start - sum(live.values())
+        pairs = [[ptr, size] for ptr, size in live.items()]
+        if unknown > 0:
+            pairs.append([0, unknown])
+        ids = {}
+        trace = [[e.extra_fields.ptr, e.extra_fields.alloc_size, _op_id(e, ids)] for e in events[start:end]]
+        return {"live": pairs, "events": trace}
+    except (AttributeError, TypeError):
+        return None
+
+
 def _profile_records(prof):
     """Stops the profiler and emits what only its events hold: the CPU's
     records of the steps it saw, and after the full profile the breakdown
@@ -597,10 +639,12 @@ def _profile_records(prof):
     steps = _profiled_steps(events, marks[step_mark], marks[optimizer_mark])
     if not _on_cuda():
         batch = _batch()
-        for n, (start, end, _, _, peak, _, phases) in enumerate(steps, start=first):
+        for n, (start, end, _, at_start, peak, _, phases) in enumerate(steps, start=first):
             held = events[end - 1].extra_fields.total_allocated if end > 0 else 0
             seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
             record = _step_record(n, batch, seconds, held, peak, phases=phases)
+            if n == first + len(steps) - 1:
+                record["trace"] = _step_trace(events, start, end, at_start)
             if n - 1 < len(_state["rss"]):
                 # The process's peak resident memory: with the tensors' peak, what
                 # lies outside PyTorch (the interpreter, libraries).
