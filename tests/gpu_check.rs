@@ -35,9 +35,18 @@ fn the_gpu_check_script_dry_runs_on_the_cpu() {
         "| sweep-command | 0 | ok",
         "| phase-peaks | 0 | ok",
         "| oom-retry | 3 | ok",
+        "| predict-cpu | 0 | ok",
+        "| predict-plan | 0 | ok",
     ] {
         assert!(summary.contains(step), "missing '{step}' in:\n{summary}");
     }
     assert!(summary.contains("unexpected results: 0"), "{summary}");
     assert!(out.path().join("sweep-whole/report.json").exists());
+    // The prediction step: a row per batch sweep-whole fitted, predicted from the CPU run.
+    let predicted = std::fs::read_to_string(out.path().join("gpu-predict.csv")).unwrap();
+    assert!(
+        predicted.starts_with("batch,measured_peak_reserved_bytes,") && predicted.lines().count() >= 2,
+        "{predicted}"
+    );
+    assert!(summary.contains("batches predicted"), "{summary}");
 }

@@ -115,6 +115,7 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         let spec = TrialSpec {
             breakdown,
             wrap_up_signal: Some(crate::measure::runner::wrap_up_signal()),
+            trace: true,
             ..TrialSpec::new(batch, self.steps, self.device, self.limit)
         };
         let kind = self.runs.trial(trial, spec, zygote).map_err(|e| {

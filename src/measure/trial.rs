@@ -101,7 +101,7 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             let trace = events.iter().map(|e| (e.ptr, e.size));
             // Unbounded: the model cannot run out, so every step has its prediction.
             rec.predicted_cuda_peak_reserved_bytes = model.replay_step(live, trace).ok();
-            if step == spec.steps {
+            if spec.trace && step == spec.steps {
                 rec.trace = Some(Box::new(StepTrace {
                     live: baseline.iter().map(|l| (l.ptr, l.size.max(0) as u64)).collect(),
                     events: events.iter().map(|e| (e.ptr, e.size, e.op)).collect(),

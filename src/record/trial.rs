@@ -56,6 +56,10 @@ pub struct TrialSpec {
     /// (on the CPU read from the profiler only at the end) and ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wrap_up_signal: Option<i32>,
+    /// On the CPU, send the last step's trace (its allocations and frees)
+    /// for the sweep's GPU curve ([`StepRecord::trace`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trace: bool,
 }
 
 impl TrialSpec {
@@ -69,6 +73,7 @@ impl TrialSpec {
             workload: None,
             breakdown: false,
             wrap_up_signal: None,
+            trace: false,
         }
     }
 }

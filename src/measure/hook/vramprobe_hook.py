@@ -643,7 +643,7 @@ def _profile_records(prof):
             held = events[end - 1].extra_fields.total_allocated if end > 0 else 0
             seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
             record = _step_record(n, batch, seconds, held, peak, phases=phases)
-            if n == first + len(steps) - 1:
+            if n == first + len(steps) - 1 and _spec().get("trace"):
                 record["trace"] = _step_trace(events, start, end, at_start)
             if n - 1 < len(_state["rss"]):
                 # The process's peak resident memory: with the tensors' peak, what

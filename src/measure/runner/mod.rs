@@ -124,6 +124,7 @@ impl TrialRunner for BuiltInRunner {
         let spec = TrialSpec {
             workload: Some(self.workload.clone()),
             breakdown,
+            trace: true,
             ..TrialSpec::new(batch, self.steps, self.device, self.limit)
         };
         let dir = trial_dir(&self.trials_dir, trial, batch);
