@@ -201,10 +201,10 @@ impl TryFrom<String> for StrategyName {
     }
 }
 
-/// The lines GPU predictions use, and the series they come from: a CPU
-/// run's lines through the caching allocator's model where it has them
-/// (the whole step's, and the forward and backward passes'), else the run's
-/// limiting line. `None` when no line grows with the batch.
+/// What GPU predictions use, and the series it comes from: a CPU run's
+/// curve of scaled traces where it has one, else its per-trial line through
+/// the caching allocator's model, else the run's limiting line. `None` when
+/// it does not grow with the batch.
 fn gpu_reserved(
     curve: &[CurvePoint],
     modelled: Option<LinearFit>,

@@ -69,6 +69,10 @@ pub struct Scaling<'a> {
     larger: &'a StepTrace,
     b2: u64,
     pairs: Vec<Option<usize>>,
+    /// `(address, bytes at b1, bytes at b2)` of what was live when the step
+    /// began, paired by size order (weights and state: the same set); the
+    /// larger trace's alone where the sets differ.
+    live: Vec<(u64, u64, u64)>,
 }
 
 impl<'a> Scaling<'a> {
@@ -76,22 +80,25 @@ impl<'a> Scaling<'a> {
     /// traces do not align (see [`MIN_MATCHED`]).
     pub fn new(smaller: &'a StepTrace, b1: u64, larger: &'a StepTrace, b2: u64) -> Option<Scaling<'a>> {
         let pairs = align(smaller, larger);
-        (b2 > b1 && matched_share(&pairs) >= MIN_MATCHED).then_some(Scaling { smaller, b1, larger, b2, pairs })
+        if b2 <= b1 || matched_share(&pairs) < MIN_MATCHED {
+            return None;
+        }
+        let mut live_a: Vec<u64> = smaller.live.iter().map(|l| l.1).collect();
+        let mut live_b = larger.live.clone();
+        live_a.sort_unstable();
+        live_b.sort_unstable_by_key(|l| l.1);
+        let live = if live_a.len() == live_b.len() {
+            live_b.iter().zip(&live_a).map(|(&(id, s2), &s1)| (id, s1, s2)).collect()
+        } else {
+            live_b.iter().map(|&(id, s2)| (id, s2, s2)).collect()
+        };
+        Some(Scaling { smaller, b1, larger, b2, pairs, live })
     }
 
     /// The step at batch `target`, with the larger trace's addresses.
     pub fn at(&self, target: u64) -> StepTrace {
         let (b1, b2) = (self.b1, self.b2);
-        // Live allocations pair by size order (weights and state: the same set).
-        let mut live_a: Vec<u64> = self.smaller.live.iter().map(|l| l.1).collect();
-        let mut live_b: Vec<(u64, u64)> = self.larger.live.clone();
-        live_a.sort_unstable();
-        live_b.sort_unstable_by_key(|l| l.1);
-        let live = if live_a.len() == live_b.len() {
-            live_b.iter().zip(&live_a).map(|(&(id, s2), &s1)| (id, along(s1, b1, s2, b2, target))).collect()
-        } else {
-            live_b
-        };
+        let live = self.live.iter().map(|&(id, s1, s2)| (id, along(s1, b1, s2, b2, target))).collect();
         let mut sizes = std::collections::HashMap::new();
         let events = self
             .larger

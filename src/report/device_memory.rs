@@ -1,8 +1,9 @@
 //! `plan --explain`: the device memory predicted on each GPU, part by part,
 //! as a table (with where each part comes from) and as
 //! `plan-gpus-memory.csv` rows. Formatters only: they return text and bytes.
-use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 use serde::{Deserialize, Serialize};
+
+use super::grid::{self, Rows};
 
 use crate::analyze::device_memory::DeviceMemory;
 use crate::analyze::whatif::GpuPrediction;
@@ -69,38 +70,28 @@ pub fn rows(predictions: &[GpuPrediction], at: &[u64]) -> Vec<MemoryRow> {
 /// comes from. `modelled`: the reserved lines are a CPU trace through the
 /// caching allocator's model (else a measured line).
 pub fn explain(predictions: &[GpuPrediction], at: &[u64], modelled: bool) -> String {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "GPU",
-        "batch",
-        "reserved",
-        "on the piece",
-        "cuBLAS workspace",
-        "CUDA context",
-        "device total",
-        "of capacity",
-    ]);
-    for (i, m, recommended) in memory_at(predictions, at) {
-        let p = &predictions[i];
-        let line = p.reserved.line_at(m.batch);
-        let batch = if recommended { format!("{} (recommended)", m.batch) } else { m.batch.to_string() };
-        t.add_row(vec![
-            p.gpu.id.clone(),
-            batch,
-            human_bytes(m.reserved_bytes),
-            format!("{} + {} per sample", human_bytes(line.fixed_bytes), human_bytes(line.per_sample_bytes)),
-            human_bytes(m.overheads.cublas_workspace_bytes as f64),
-            human_bytes(m.overheads.context_bytes as f64),
-            human_bytes(m.total_bytes()),
-            format!("{:.1}%", 100.0 * m.total_bytes() / p.gpu.memory_bytes as f64),
-        ]);
-    }
-    for column in 2..8 {
-        if let Some(c) = t.column_mut(column) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    let mut out = format!("Device memory predicted, part by part:\n{t}\n");
+    let header =
+        ["GPU", "batch", "reserved", "on the piece", "cuBLAS workspace", "CUDA context", "device total", "of capacity"];
+    let rows = memory_at(predictions, at)
+        .into_iter()
+        .map(|(i, m, recommended)| {
+            let p = &predictions[i];
+            let line = p.reserved.line_at(m.batch);
+            let batch = if recommended { format!("{} (recommended)", m.batch) } else { m.batch.to_string() };
+            vec![
+                p.gpu.id.clone(),
+                batch,
+                human_bytes(m.reserved_bytes),
+                format!("{} + {} per sample", human_bytes(line.fixed_bytes), human_bytes(line.per_sample_bytes)),
+                human_bytes(m.overheads.cublas_workspace_bytes as f64),
+                human_bytes(m.overheads.context_bytes as f64),
+                human_bytes(m.total_bytes()),
+                format!("{:.1}%", 100.0 * m.total_bytes() / p.gpu.memory_bytes as f64),
+            ]
+        })
+        .collect();
+    let table = grid::render(&Rows { header: header.map(String::from).to_vec(), rows }, 2);
+    let mut out = format!("Device memory predicted, part by part:\n{table}");
     let reserved = if modelled {
         "reserved: what PyTorch's caching allocator would hold at the step's peak, by vramprobe's model of it \
          (512 B rounding, 2 MiB and 20 MiB segments, best-fit reuse, the cache kept between steps) replaying \

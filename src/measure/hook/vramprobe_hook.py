@@ -583,20 +583,13 @@ def _profiled_steps(events, marks, optimizer_marks=()):
     return steps
 
 
-def _op_id(node, ids):
+def _op_id(node, name_of):
     """A stable number for the outermost op that made an allocation event
     (the same name, the same number, in every trial of a sweep), or -1."""
     top, node = None, node.parent
     while node is not None:
         top, node = node, node.parent
-    if top is None:
-        return -1
-    import vramprobe_breakdown
-
-    name = vramprobe_breakdown._name(top)
-    if name not in ids:
-        ids[name] = zlib.crc32(name.encode()) & 0x7FFFFFFF
-    return ids[name]
+    return -1 if top is None else zlib.crc32(name_of(top).encode()) & 0x7FFFFFFF
 
 
 def _step_trace(events, start, end, at_start):
@@ -605,6 +598,8 @@ def _step_trace(events, start, end, at_start):
     before the profiler started as one block of the rest of `at_start`),
     for the sweep to scale and replay through the GPU allocator's model.
     None when the events lack addresses (an unusual build)."""
+    from vramprobe_breakdown import _name
+
     try:
         live = {}
         for e in events[:start]:
@@ -617,8 +612,7 @@ def _step_trace(events, start, end, at_start):
         pairs = [[ptr, size] for ptr, size in live.items()]
         if unknown > 0:
             pairs.append([0, unknown])
-        ids = {}
-        trace = [[e.extra_fields.ptr, e.extra_fields.alloc_size, _op_id(e, ids)] for e in events[start:end]]
+        trace = [[e.extra_fields.ptr, e.extra_fields.alloc_size, _op_id(e, _name)] for e in events[start:end]]
         return {"live": pairs, "events": trace}
     except (AttributeError, TypeError):
         return None
