@@ -100,6 +100,89 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
     assert!(largest["reserved_bytes"].as_u64().unwrap() > 1 << 30, "{largest}");
 }
 
+#[test]
+fn the_cuda_rewrite_rules_hold_on_hand_made_profiles() {
+    // Plain Python, no torch: the machine's python3.
+    let unit = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/test_cuda_ops.py"))
+        .output()
+        .unwrap();
+    assert!(unit.status.success(), "{}", String::from_utf8_lossy(&unit.stderr));
+}
+
+#[test]
+fn attention_on_the_cpus_math_path_is_predicted_as_cudas_fused_kernel() {
+    let Some(python) = python("attention_on_the_cpus_math_path_is_predicted_as_cudas_fused_kernel") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let job = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/train_attention.py");
+    let run = |dropout: &str| {
+        let command = [&python, job, "--dropout", dropout, "--batch-size", "{batch}"].map(String::from);
+        per_sample_and_gpu_curve(&dir.path().join(format!("dropout-{dropout}")), &command)
+    };
+    let (math_per_sample, math) = run("0.1");
+    let (fused_per_sample, fused) = run("0.0");
+    // With dropout the CPU keeps the L x L weights: several times the bytes a sample.
+    assert!(math_per_sample > 4 * fused_per_sample, "{math_per_sample} vs {fused_per_sample}");
+    // On a GPU both run the fused kernel: the same curve where the samples
+    // weigh (from 12 times the largest batch run), but for the scratch of
+    // CUDA's fused backward (an fp32 query, its length padded to 128: 4
+    // heads x 256 x 16 x 4 bytes a sample), which the CPU's flash kernel
+    // does not allocate.
+    assert_eq!(math.iter().map(|p| p.0).collect::<Vec<_>>(), fused.iter().map(|p| p.0).collect::<Vec<_>>());
+    let far: Vec<_> = math.iter().zip(&fused).filter(|(m, _)| m.0 >= 96).collect();
+    assert!(far.len() >= 5, "{math:?}");
+    for ((batch, math), (_, fused)) in far {
+        let scratch = batch * 4 * 256 * 16 * 4;
+        assert!(
+            *math as f64 >= 0.97 * *fused as f64 && *math as f64 <= 1.02 * (fused + scratch) as f64,
+            "batch {batch}: math path {math} vs fused {fused} (+ scratch {scratch})"
+        );
+    }
+}
+
+#[test]
+fn a_layer_norm_under_autocast_is_predicted_in_fp32_as_cudas_autocast_runs_it() {
+    let Some(python) = python("a_layer_norm_under_autocast_is_predicted_in_fp32_as_cudas_autocast_runs_it") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let job = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/train_layer_norm.py");
+    let run = |extra: &[&str], name: &str| {
+        let command: Vec<String> = [&[python.as_str(), job], extra, &["--batch-size", "{batch}"]]
+            .concat()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        per_sample_and_gpu_curve(&dir.path().join(name), &command)
+    };
+    // The CPU's autocast runs layer_norm in bf16; the script that copies
+    // its input to fp32 itself runs what CUDA's autocast would.
+    let (bf16_per_sample, bf16) = run(&[], "bf16");
+    let (fp32_per_sample, fp32) = run(&["--fp32-norm"], "fp32");
+    assert!(bf16_per_sample < fp32_per_sample, "{bf16_per_sample} vs {fp32_per_sample}");
+    // For a GPU both are CUDA's autocast: the same curve where the samples weigh.
+    assert_eq!(bf16.iter().map(|p| p.0).collect::<Vec<_>>(), fp32.iter().map(|p| p.0).collect::<Vec<_>>());
+    let far: Vec<_> = bf16.iter().zip(&fp32).filter(|(b, _)| b.0 >= 96).collect();
+    assert!(far.len() >= 5, "{bf16:?}");
+    for ((batch, ours), (_, theirs)) in far {
+        assert!((*ours as f64 / *theirs as f64 - 1.0).abs() < 0.08, "batch {batch}: {ours} vs {theirs}");
+    }
+}
+
+/// A command's sweep at batches 4 and 8: its per-sample bytes on the CPU
+/// and report.json's predicted GPU curve, (batch, reserved bytes).
+fn per_sample_and_gpu_curve(out: &Path, command: &[String]) -> (i64, Vec<(u64, u64)>) {
+    let (_, plan) = sweep(out, &["--batches", "4,8"], command);
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let curve = report["analysis"]["cuda_reserved_curve"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["batch"].as_u64().unwrap(), p["reserved_bytes"].as_u64().unwrap()))
+        .collect();
+    (plan.per_sample_bytes.unwrap(), curve)
+}
+
 /// The hook's records from a real trial against the protocol's one Rust
 /// definition, read strictly (no unknown field, every required one): a
 /// start in this protocol version first, then the steps (each split at the

@@ -87,9 +87,9 @@ pub fn run(args: PlanArgs) -> Result<i32> {
     println!("{t}");
     if modelled {
         println!(
-            "note: predicted from host measurements: the CUDA allocator's rounding and cache are modelled, and the \
-             overheads are the CUDA context and the cuBLAS workspace; CUDA's own op choices (autocast casts other \
-             ops there) are not (--explain shows the parts)"
+            "note: predicted from host measurements: the CUDA allocator's rounding and cache are modelled, and \
+             attention, autocast's norms and dropout as CUDA runs them; the overheads are the CUDA context and \
+             the cuBLAS workspace; cuDNN's choices are not modelled (--explain shows the parts)"
         );
     } else if !from_gpu {
         println!(

@@ -15,13 +15,17 @@ use crate::record::subject::{Placeholders, UserCommand};
 use crate::record::trial::TrialSpec;
 
 /// The hook, embedded in the binary and written to the cache on first use.
-const HOOK_FILES: [(&str, &str); 5] = [
+const HOOK_FILES: [(&str, &str); 6] = [
     ("sitecustomize.py", include_str!("hook/sitecustomize.py")),
     ("vramprobe_hook.py", include_str!("hook/vramprobe_hook.py")),
     ("vramprobe_breakdown.py", include_str!("hook/vramprobe_breakdown.py")),
+    ("vramprobe_cuda_ops.py", include_str!("hook/vramprobe_cuda_ops.py")),
     ("vramprobe_zygote.py", include_str!("hook/vramprobe_zygote.py")),
     ("vramprobe_fork.py", include_str!("hook/vramprobe_fork.py")),
 ];
+
+/// How long an earlier version's hook stays in the cache.
+const OLD_HOOK: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// Writes the hook into `cache` (once per version of its text) and returns
 /// the folder to put first on `PYTHONPATH`.
@@ -39,10 +43,13 @@ pub fn install_hook(cache: &Path) -> std::io::Result<PathBuf> {
             std::fs::rename(&tmp, &path)?;
         }
     }
-    // Earlier versions of the hook are not used again.
+    // Earlier versions of the hook go once a week has passed: another
+    // vramprobe (the one before an upgrade) may still be running trials from one.
     for entry in std::fs::read_dir(cache).into_iter().flatten().flatten() {
         let name = entry.file_name();
-        if name.to_string_lossy().starts_with("hook-") && entry.path() != dir {
+        let stale =
+            entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().unwrap_or_default() > OLD_HOOK);
+        if name.to_string_lossy().starts_with("hook-") && entry.path() != dir && stale {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -223,5 +230,16 @@ mod tests {
         let hook = install_hook(dir.path()).unwrap();
         assert!(hook.join("sitecustomize.py").is_file() && hook.join("vramprobe_hook.py").is_file());
         assert_eq!(install_hook(dir.path()).unwrap(), hook);
+        // Another version's hook: kept while it may be in use, gone after a week.
+        let recent = dir.path().join("hook-0000000000000001");
+        let old = dir.path().join("hook-0000000000000002");
+        for d in [&recent, &old] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("vramprobe_hook.py"), "").unwrap();
+        }
+        let week_ago = std::time::SystemTime::now() - OLD_HOOK - std::time::Duration::from_secs(60);
+        std::fs::File::open(&old).unwrap().set_modified(week_ago).unwrap();
+        install_hook(dir.path()).unwrap();
+        assert!(recent.is_dir() && !old.exists() && hook.is_dir());
     }
 }

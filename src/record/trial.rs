@@ -143,8 +143,10 @@ pub struct StepRecord {
     /// What the step's peak is made of, when it was broken down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<Box<Breakdown>>,
-    /// A built-in model's last CPU step: its allocations and frees, for the
-    /// sweep to scale to batches it did not run. The sweep takes it out on
+    /// The last CPU step (a built-in model's, or a command's with its
+    /// math-path attention, autocast's norms and dropout rewritten as CUDA
+    /// runs them): its allocations and frees, for the sweep to scale to batches
+    /// it did not run. The sweep takes it out on
     /// arrival: it is never in report.json or steps.csv.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<Box<StepTrace>>,

@@ -98,8 +98,12 @@ pub fn explain(predictions: &[GpuPrediction], at: &[u64], modelled: bool) -> Str
          the CPU step's allocations and frees in order. Past the batches run, the last step of the two largest \
          is scaled event by event (each allocation along its own line through the two batches) and replayed \
          (3 steps), so the optimizer step's peak, the activations' growth and the fragmentation between them \
-         are all in it; the curve is straight between the batches it was replayed at. The CPU's op semantics \
-         stand: autocast on CUDA casts other ops, and kernels may save other tensors."
+         are all in it; the curve is straight between the batches it was replayed at. For your own command, \
+         attention the CPU ran on its math path (dropout, some masks) counts as CUDA's fused kernels run it \
+         (inputs, output and log-sum-exp kept for the backward, no L x L weights), and layer_norm and \
+         group_norm under autocast as CUDA's autocast runs them (the input copied to fp32 and the copy saved), \
+         and dropout's saved noise as at most CUDA's bool mask (half the CPU's noise). Otherwise the CPU's op \
+         semantics stand: kernels may save other tensors than their CPU versions."
     } else {
         "reserved: the run's measured line (its limiting series)."
     };

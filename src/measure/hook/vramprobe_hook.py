@@ -53,6 +53,8 @@ _state = {
     "armed": False,
     "active": False,
     "steps": 0,
+    # step -> the calls vramprobe_cuda_ops.watch noted in it
+    "cuda_op_calls": {},
     "done": False,
     "profiler": None,
     "step_seconds": [],
@@ -234,6 +236,8 @@ def _on_torch(torch):
         torch.cuda.set_per_process_memory_fraction(float(fraction), _cuda_index())
     if not _on_cuda():
         _count_every_thread(torch)
+        if _spec().get("trace"):
+            _watch_cuda_ops(torch)
     if _breakdown_on():
         # The explain trial: one unmeasured warm-up step first, then the full
         # profile over the measured steps only (see _start_explaining).
@@ -421,6 +425,14 @@ def _watch_backward(torch):
     kind.__init__ = init
 
 
+def _watch_cuda_ops(torch):
+    """Notes the calls whose CUDA kernels allocate otherwise than the
+    CPU's (vramprobe_cuda_ops.watch), by step."""
+    import vramprobe_cuda_ops
+
+    vramprobe_cuda_ops.watch(torch, _state["cuda_op_calls"], lambda: _state["steps"])
+
+
 def _backward_begins():
     """A backward pass begins (or the program ends): in a loop with no
     optimizer and no step() of its own, the previous backward pass and the
@@ -592,12 +604,15 @@ def _op_id(node, name_of):
     return -1 if top is None else zlib.crc32(name_of(top).encode()) & 0x7FFFFFFF
 
 
-def _step_trace(events, start, end, at_start):
+def _step_trace(events, start, end, at_start, calls=None):
     """The step's allocations and frees in order, and what was live when it
     began (what earlier events allocated and did not free; anything from
     before the profiler started as one block of the rest of `at_start`),
-    for the sweep to scale and replay through the GPU allocator's model.
-    None when the events lack addresses (an unusual build)."""
+    for the sweep to scale and replay through the GPU allocator's model,
+    with what CUDA's kernels allocate otherwise rewritten
+    (vramprobe_cuda_ops).
+    None when the events do not read as expected (an unusual build)."""
+    import vramprobe_cuda_ops
     from vramprobe_breakdown import _name
 
     try:
@@ -612,9 +627,11 @@ def _step_trace(events, start, end, at_start):
         pairs = [[ptr, size] for ptr, size in live.items()]
         if unknown > 0:
             pairs.append([0, unknown])
-        trace = [[e.extra_fields.ptr, e.extra_fields.alloc_size, _op_id(e, _name)] for e in events[start:end]]
-        return {"live": pairs, "events": trace}
-    except (AttributeError, TypeError):
+        step = events[start:end]
+        trace = [[e.extra_fields.ptr, e.extra_fields.alloc_size, _op_id(e, _name)] for e in step]
+        return {"live": pairs, "events": vramprobe_cuda_ops.as_on_cuda(trace, step, _name, calls)}
+    except Exception as e:  # the profiler's tree is private API: never fail the trial for it
+        print(f"vramprobe: no trace of the step: {type(e).__name__}: {e}", file=sys.stderr)
         return None
 
 
@@ -638,7 +655,8 @@ def _profile_records(prof):
             seconds = _state["step_seconds"][n - 1] if n - 1 < len(_state["step_seconds"]) else 0.0
             record = _step_record(n, batch, seconds, held, peak, phases=phases)
             if n == first + len(steps) - 1 and _spec().get("trace"):
-                record["trace"] = _step_trace(events, start, end, at_start)
+                calls = _state["cuda_op_calls"].get(n - 1)
+                record["trace"] = _step_trace(events, start, end, at_start, calls)
             if n - 1 < len(_state["rss"]):
                 # The process's peak resident memory: with the tensors' peak, what
                 # lies outside PyTorch (the interpreter, libraries).
