@@ -1,8 +1,9 @@
 """A Hugging Face training job for scripts/bench-gpu-predict's command-mode
 rows: the calibration set's BERT and T5 workloads as milabench's
 benchmarks/huggingface runs them (a model built from its config with random
-weights, random token ids as input and labels, Adam at lr 1e-3, no
-zero_grad between steps), swept unmodified by vramprobe (`vramprobe sweep --
+weights, random token ids as input and labels, Adam at lr 1e-3, a GradScaler under
+autocast, no zero_grad between steps, the model's outputs held through
+backward and the optimizer step), swept unmodified by vramprobe (`vramprobe sweep --
 python bench_hf_job.py ... --batch-size {batch}`).
 
     python3 scripts/bench_hf_job.py --model bert --precision fp16-amp --batch-size 4
@@ -44,15 +45,21 @@ def main():
     model = cls(config).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     dtype = {"fp16-amp": torch.float16, "bf16-amp": torch.bfloat16}.get(a.precision)
+    scaler = torch.amp.GradScaler(device, enabled=dtype is not None)
     for _ in range(a.steps):
         data = {
             "input_ids": torch.randint(0, config.vocab_size, (a.batch_size, length), device=device),
             "labels": torch.randint(0, config.vocab_size, (a.batch_size, length), device=device),
         }
         with torch.autocast(device, dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = model(**data).loss
-        loss.backward()
-        opt.step()
+            outputs = model(**data)
+        # Held through backward and the optimizer step, as milabench's
+        # Runner.step holds it: the logits (batch x length x vocab) stay
+        # alive at the peak.
+        loss = outputs.loss
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
 
 
 if __name__ == "__main__":
