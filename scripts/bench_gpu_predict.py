@@ -154,7 +154,7 @@ def sweep(vramprobe, options, out, reuse):
 
 def plan(vramprobe, out, gpu, batches):
     """`plan --explain` at `batches` on `gpu` at margin 0: the device MiB at
-    each batch, the max batch, and the profile's context MiB."""
+    each batch, the max batch, the profile's context MiB and its capacity MiB."""
     plan_csv = os.path.join(out, f"plan-{gpu}.csv")
     run([vramprobe, "plan", "--from", os.path.join(out, "report.json"), "--gpu", gpu, "--margin", "0",
          "--explain", "--at", ",".join(map(str, batches)), "--out", plan_csv])
@@ -162,8 +162,24 @@ def plan(vramprobe, out, gpu, batches):
         memory = list(csv.DictReader(f))
     parts = {int(r["batch"]): int(r["device_bytes"]) / MIB for r in memory if r["recommended"] == "false"}
     with open(plan_csv, newline="") as f:
-        max_batch = int(next(csv.DictReader(f))["max_batch"])
-    return parts, max_batch, int(memory[0]["context_bytes"]) / MIB
+        row = next(csv.DictReader(f))
+    return parts, int(row["max_batch"]), int(memory[0]["context_bytes"]) / MIB, int(row["capacity_bytes"]) / MIB
+
+
+def most_it_holds(on_gpu, capacity_mib):
+    """The largest batch the GPU ran, its highest reading, and the batch the
+    readings reach the capacity at (along their two largest batches' rate);
+    None where fewer than two batches were read."""
+    top = {}
+    for r in on_gpu:
+        b = int(r["batch"])
+        top[b] = max(top.get(b, 0.0), float(r["memory_mib"]))
+    batches = sorted(top)
+    if len(batches) < 2:
+        return batches[-1], top[batches[-1]], None
+    (b1, m1), (b2, m2) = (batches[-2], top[batches[-2]]), (batches[-1], top[batches[-1]])
+    rate = (m2 - m1) / (b2 - b1)
+    return b2, m2, (b2 + int((capacity_mib - m2) / rate)) if rate > 0 else None
 
 
 def predicted_mib(fit, batch):
@@ -192,15 +208,16 @@ def main():
         print(f"{name}: {len(group)} readings, CPU sweep {seconds:.0f} s", file=sys.stderr, flush=True)
         for gpu in sorted({profile_of(r["gpu"]) for r in group}):
             on_gpu = [r for r in group if profile_of(r["gpu"]) == gpu]
-            parts, max_batch, context = plan(vramprobe, out, gpu, sorted({int(r["batch"]) for r in on_gpu}))
+            parts, max_batch, context, capacity = plan(vramprobe, out, gpu, sorted({int(r["batch"]) for r in on_gpu}))
             # The context this workload implies: the profile's, plus what its
             # smallest batch's reading holds beyond the prediction there
             # (where errors per sample weigh least).
             smallest = min(on_gpu, key=lambda r: int(r["batch"]))
             implied = context + float(smallest["memory_mib"]) - parts[int(smallest["batch"])]
             contexts.setdefault(gpu, []).append((name, implied))
+            largest, reading, holds = most_it_holds(on_gpu, capacity)
             maxes.append({"workload": name, "gpu": gpu, "predicted_max_batch": max_batch,
-                          "largest_batch_run": max(int(r["batch"]) for r in on_gpu)})
+                          "largest_batch_run": largest, "used_at_largest": reading / capacity, "holds": holds})
             for r in on_gpu:
                 batch, measured = int(r["batch"]), float(r["memory_mib"])
                 row = {"workload": name, "gpu": r["gpu"], "batch": batch, "measured_mib": measured}
@@ -222,10 +239,17 @@ def main():
             f"{r['allocated_fit_error']:+.1%} | {r['plan_mib']} | {r['plan_error']:+.1%} |"
         )
     print()
-    print("| workload | GPU profile | predicted max batch (margin 0) | largest batch the GPU ran |")
-    print("|---|---|---|---|")
+    # Judged only where the GPU ran within 10% of its capacity: elsewhere the
+    # batch it holds is a long extrapolation.
+    print("| workload | GPU profile | predicted max batch (margin 0) | largest batch the GPU ran | "
+          "of capacity used there | about the most it holds | predicted max |")
+    print("|---|---|---|---|---|---|---|")
     for m in maxes:
-        print(f"| {m['workload']} | {m['gpu']} | {m['predicted_max_batch']} | {m['largest_batch_run']} |")
+        holds = m["holds"]
+        near = m["used_at_largest"] >= 0.9 and holds is not None
+        verdict = ("under" if m["predicted_max_batch"] <= holds else "OVER") if near else "not judged"
+        print(f"| {m['workload']} | {m['gpu']} | {m['predicted_max_batch']} | {m['largest_batch_run']} | "
+              f"{m['used_at_largest']:.0%} | {holds if holds is not None else '-'} | {verdict} |")
     print()
     print("| GPU profile | CUDA context each workload implies (MiB) | median |")
     print("|---|---|---|")

@@ -18,9 +18,29 @@
 //! what is free at each call and tries another algorithm when one cannot
 //! be allocated, so they fill memory without deciding the max batch (the
 //! note `plan --explain` prints says so).
+//!
+//! A prediction from a CPU run also keeps a **model allowance** free: the
+//! worst under-prediction measured against public GPU readings, so that
+//! its max batch stays under what the GPU holds.
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::fit::LinearFit;
+
+/// How far under a GPU's reading a prediction from a CPU run may fall, as
+/// a fraction of the reading: the worst under-prediction over the public
+/// readings `scripts/bench-gpu-predict` reproduces (6.6%, inception_v3 on
+/// an A100; bench/gpu-predict.csv, docs/benchmarks.md), rounded up.
+/// vgg16's larger gap is left out: it grows with the batch as cuDNN's
+/// convolution workspaces do, which PyTorch takes only from what is free.
+pub const CPU_UNDER_PREDICTION: f64 = 0.07;
+
+/// What a plan from a CPU run keeps free besides the margin for the model's
+/// own error: the GPU may read up to `total / (1 - CPU_UNDER_PREDICTION)`,
+/// so the predicted total must stay within `usable * (1 - CPU_UNDER_PREDICTION)`
+/// of the `usable_bytes` (capacity less the margin).
+pub fn model_allowance_bytes(usable_bytes: u64) -> u64 {
+    (usable_bytes as f64 * CPU_UNDER_PREDICTION).ceil() as u64
+}
 
 /// A batch and what the allocator's model reserved for its scaled trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,31 +58,14 @@ pub enum Reserved {
     Line(LinearFit),
     /// Points by the allocator's model at batches the run's traces were
     /// scaled to, ascending; straight between them, and past the last
-    /// along the last two. Kept non-decreasing: a batch never needs less
-    /// than a smaller one.
-    Curve {
-        points: Vec<CurvePoint>,
-        /// Over the larger half of the points: their least-squares line
-        /// raised to the highest of them. Where a point lies under its
-        /// neighbours' trend (the model's fragmentation at one batch size
-        /// happened to be kind), the prediction does not follow it down:
-        /// a GPU's fragmentation at the batch in between is not the model's.
-        upper: Option<UpperLine>,
-    },
+    /// along the last two, unless a nearby segment lies higher (see
+    /// [`piece`]). Kept non-decreasing: a batch never needs less than a
+    /// smaller one.
+    Curve { points: Vec<CurvePoint> },
 }
 
-/// A line that applies from a batch on.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct UpperLine {
-    pub from_batch: u64,
-    pub line: LinearFit,
-}
-
-/// The segment of `points` (at least two) that holds `batch`; the first
-/// before them, the last past them.
-fn segment(points: &[CurvePoint], batch: u64) -> LinearFit {
-    let i = points.windows(2).position(|w| batch <= w[1].batch).unwrap_or(points.len() - 2);
-    let (a, b) = (points[i], points[i + 1]);
+/// The straight line through two points.
+fn chord(a: CurvePoint, b: CurvePoint) -> LinearFit {
     let slope = (b.reserved_bytes as f64 - a.reserved_bytes as f64) / (b.batch - a.batch) as f64;
     LinearFit {
         fixed_bytes: a.reserved_bytes as f64 - slope * a.batch as f64,
@@ -72,13 +75,38 @@ fn segment(points: &[CurvePoint], batch: u64) -> LinearFit {
     }
 }
 
-/// The larger half's line through `points`, raised to its highest point.
-fn upper_line(points: &[CurvePoint]) -> Option<UpperLine> {
+/// Over the larger half of the points (three at least), from its first
+/// batch on: their least-squares line, raised to the highest of them from
+/// half of `batch` to twice it. Where the model's fragmentation happened to
+/// be kind at a point or a few, the prediction does not follow it down: a
+/// GPU's fragmentation at those batches is not the model's. Raised only by
+/// the points near `batch`, so that a curve bending over a wide range of
+/// batches is not raised at one end by its other.
+fn upper_line(points: &[CurvePoint], batch: u64) -> Option<LinearFit> {
     let half = &points[points.len() / 2..];
+    if half.len() < 3 || batch < half[0].batch {
+        return None;
+    }
     let pairs: Vec<(u64, u64)> = half.iter().map(|p| (p.batch, p.reserved_bytes)).collect();
-    let line = LinearFit::fit(&pairs).ok().filter(|_| half.len() >= 3)?;
-    let above = half.iter().map(|p| p.reserved_bytes as f64 - line.predict(p.batch)).fold(0.0, f64::max);
-    Some(UpperLine { from_batch: half[0].batch, line: LinearFit { fixed_bytes: line.fixed_bytes + above, ..line } })
+    let line = LinearFit::fit(&pairs).ok()?;
+    let above = half
+        .iter()
+        .filter(|p| p.batch.saturating_mul(2) >= batch && p.batch <= batch.saturating_mul(2))
+        .map(|p| p.reserved_bytes as f64 - line.predict(p.batch))
+        .fold(0.0, f64::max);
+    Some(LinearFit { fixed_bytes: line.fixed_bytes + above, ..line })
+}
+
+/// The piece of `points` (at least two) that predicts `batch`: the segment
+/// that holds it (the first before them, the last past them), or the upper
+/// line where it lies higher.
+fn piece(points: &[CurvePoint], batch: u64) -> LinearFit {
+    let i = points.windows(2).position(|w| batch <= w[1].batch).unwrap_or(points.len() - 2);
+    let own = chord(points[i], points[i + 1]);
+    match upper_line(points, batch) {
+        Some(upper) if upper.predict(batch) > own.predict(batch) => upper,
+        _ => own,
+    }
 }
 
 impl Reserved {
@@ -92,22 +120,14 @@ impl Reserved {
             highest = highest.max(p.reserved_bytes);
             p.reserved_bytes = highest;
         }
-        let upper = upper_line(&points);
-        (points.len() >= 2).then_some(Reserved::Curve { points, upper })
+        (points.len() >= 2).then_some(Reserved::Curve { points })
     }
 
-    /// The straight piece that holds `batch` (a curve's segment or its
-    /// upper line, or the line).
+    /// The straight piece that predicts `batch` (a curve's [`piece`], or the line).
     pub fn line_at(&self, batch: u64) -> LinearFit {
         match self {
             Reserved::Line(f) => *f,
-            Reserved::Curve { points, upper } => {
-                let piece = segment(points, batch);
-                match upper {
-                    Some(u) if batch >= u.from_batch && u.line.predict(batch) > piece.predict(batch) => u.line,
-                    _ => piece,
-                }
-            }
+            Reserved::Curve { points } => piece(points, batch),
         }
     }
 
@@ -239,13 +259,33 @@ mod tests {
         let batches = [8, 16, 32, 48, 64, 96, 128];
         let points: Vec<CurvePoint> = batches.iter().map(|&b| point(b, if b == 64 { 5000 } else { 100 * b })).collect();
         let c = Reserved::curve(&points).unwrap();
-        // The larger half's line (48..128) raised to its highest point lies
-        // above every one of them, and above the straight piece at 64.
+        // The larger half's line (48..128) raised to the highest point near
+        // each batch lies above every one of them, and above the straight
+        // piece at 64.
         assert!(c.at(64) >= (6400 * MIB) as f64 && c.at(80) >= (8000 * MIB) as f64);
-        assert!(batches.iter().all(|&b| c.at(b) >= (100 * b * MIB) as f64 || b == 64));
+        assert!(batches.iter().all(|&b| c.at(b) >= (100 * b * MIB) as f64));
         // Below the larger half the points stand.
         assert_eq!(c.at(16), (1600 * MIB) as f64);
-        assert!(matches!(&c, Reserved::Curve { upper: Some(u), .. } if u.from_batch == 48));
+    }
+
+    #[test]
+    fn a_curve_that_bends_over_many_batches_is_raised_by_its_local_bend_only() {
+        // 90 MiB a sample growing by 1 MiB every 1024 samples (as
+        // fragmentation grows with the blocks): the larger half's line
+        // raised to its highest point anywhere would add the far end's bend
+        // to the near end; raised to the points near each batch, it adds
+        // under 5%, and nothing below the larger half.
+        let batches = [128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192];
+        let mib = |b: u64| 90 * b + b * b / 1024;
+        let points: Vec<CurvePoint> = batches.iter().map(|&b| point(b, mib(b))).collect();
+        let c = Reserved::curve(&points).unwrap();
+        for &b in &batches {
+            let exact = (mib(b) * MIB) as f64;
+            assert!(c.at(b) >= exact && c.at(b) <= exact * 1.05, "batch {b}: {}", c.at(b) / exact);
+            if b < 1024 {
+                assert_eq!(c.at(b), exact);
+            }
+        }
     }
 
     #[test]
@@ -258,6 +298,38 @@ mod tests {
         assert!(!flat.grows());
         assert_eq!(flat.max_batch_within(4000 * MIB), None);
         assert!(Reserved::curve(&[point(4, 1), point(4, 2)]).is_none());
+    }
+
+    #[test]
+    fn a_prediction_that_keeps_the_allowance_free_fits_even_when_the_gpu_reads_that_much_more() {
+        let usable = 40u64 << 30;
+        let allowance = model_allowance_bytes(usable);
+        // The most a prediction may total, read as far under as measured.
+        let predicted = (usable - allowance) as f64;
+        let read = predicted / (1.0 - CPU_UNDER_PREDICTION);
+        assert!(read <= usable as f64 + 1.0, "{read} > {usable}");
+        assert_eq!(model_allowance_bytes(0), 0);
+    }
+
+    #[test]
+    fn the_allowance_covers_every_under_prediction_in_the_benchmark() {
+        // bench/gpu-predict.csv: `plan --explain` against public GPU
+        // readings. Rerunning scripts/bench-gpu-predict with a worse model
+        // fails here until the allowance (and its doc) follow.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/gpu-predict.csv");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let (workload, error) = (col("workload"), col("plan_error"));
+        let mut worst: f64 = 0.0;
+        for line in lines {
+            let fields: Vec<&str> = line.split(',').collect();
+            if !fields[workload].contains("vgg16") {
+                worst = worst.min(fields[error].parse::<f64>().unwrap());
+            }
+        }
+        assert!(worst < 0.0 && -worst <= CPU_UNDER_PREDICTION, "worst under-prediction {worst}");
     }
 
     #[test]

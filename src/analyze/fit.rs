@@ -132,6 +132,11 @@ impl LinearFit {
     }
 }
 
+/// The bytes `margin_fraction` of `capacity_bytes` keeps free, rounded up.
+fn margin_bytes(capacity_bytes: u64, margin_fraction: f64) -> u64 {
+    (capacity_bytes as f64 * margin_fraction).ceil() as u64
+}
+
 /// What the peak must stay under: capacity minus the safety margin minus
 /// memory the framework does not account for (the CUDA context, or on the CPU
 /// the process's memory outside libtorch's allocator).
@@ -146,7 +151,7 @@ pub struct Budget {
 
 impl Budget {
     pub fn new(capacity_bytes: u64, margin_fraction: f64, non_pytorch_bytes: u64) -> Budget {
-        let margin = (capacity_bytes as f64 * margin_fraction).ceil() as u64;
+        let margin = margin_bytes(capacity_bytes, margin_fraction);
         Budget {
             capacity_bytes,
             margin_fraction,
@@ -164,6 +169,11 @@ impl Budget {
             capacity += 1;
         }
         capacity
+    }
+
+    /// The capacity less the margin.
+    pub fn usable_bytes(&self) -> u64 {
+        self.capacity_bytes.saturating_sub(margin_bytes(self.capacity_bytes, self.margin_fraction))
     }
 
     /// Bytes left free on the device when the peak is `peak_bytes`.

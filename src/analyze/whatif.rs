@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::analyze::analysis::round_down;
-use crate::analyze::device_memory::{DeviceMemory, Overheads, Reserved};
+use crate::analyze::device_memory::{model_allowance_bytes, DeviceMemory, Overheads, Reserved};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::profile::GpuProfile;
 
@@ -17,7 +17,11 @@ pub struct GpuPrediction {
     /// nothing fits).
     pub fit: LinearFit,
     pub overheads: Overheads,
-    /// Capacity less the margin less the overheads: what the line must stay under.
+    /// Kept free for the model's own error when predicting from a CPU run
+    /// (0 from a GPU run): see [`model_allowance_bytes`].
+    pub model_allowance_bytes: u64,
+    /// Capacity less the margin, the overheads and the model allowance:
+    /// what the line must stay under.
     pub budget: Budget,
     /// Predicted, never measured on this GPU.
     pub max_batch: u64,
@@ -30,7 +34,8 @@ pub struct GpuPrediction {
 
 /// The max and recommended batch `reserved` predicts on `gpu`: its memory
 /// minus the margin minus its CUDA context (and, for lines from a CPU run,
-/// the cuBLAS workspace a GPU run's reserved bytes would hold) is the budget.
+/// the cuBLAS workspace a GPU run's reserved bytes would hold and the model
+/// allowance) is the budget.
 pub fn predict_for(
     reserved: &Reserved,
     from_gpu: bool,
@@ -43,6 +48,8 @@ pub fn predict_for(
         cublas_workspace_bytes: if from_gpu { 0 } else { gpu.cublas_workspace_reserved_bytes() },
     };
     let budget = Budget::new(gpu.memory_bytes, margin_fraction, overheads.total());
+    let model_allowance_bytes = if from_gpu { 0 } else { model_allowance_bytes(budget.usable_bytes()) };
+    let budget = Budget { budget_bytes: budget.budget_bytes.saturating_sub(model_allowance_bytes), ..budget };
     let max_batch = reserved.max_batch_within(budget.budget_bytes).unwrap_or(0);
     let recommended_batch = round_down(max_batch, multiple_of);
     let device_memory = (recommended_batch > 0).then(|| DeviceMemory::at(reserved, overheads, recommended_batch));
@@ -51,6 +58,7 @@ pub fn predict_for(
         reserved: reserved.clone(),
         fit: reserved.line_at(recommended_batch.max(1)),
         overheads,
+        model_allowance_bytes,
         budget,
         max_batch,
         recommended_batch,
@@ -94,10 +102,18 @@ mod tests {
         assert_eq!(predict_for(&lines, true, &gpu(80, 512), 0.10, 1).max_batch, 721);
         // Too small for the fixed part.
         assert_eq!(predict_for(&lines, true, &gpu(1, 512), 0.10, 1).max_batch, 0);
-        // From a CPU run the cuBLAS workspace comes off the budget too.
+        assert_eq!(p.model_allowance_bytes, 0);
+        // From a CPU run the cuBLAS workspace and the model allowance come
+        // off the budget too: 7% of the 7372.8 MiB left after the margin is
+        // 516.1 MiB; 6860.8 - 20 - 516.1 = 6324.7 MiB -> 53 samples.
         let cpu = predict_for(&lines, false, &gpu(8, 512), 0.10, 1);
-        assert_eq!(cpu.budget.budget_bytes, p.budget.budget_bytes - (20 << 20));
+        let usable = (8u64 << 30) - ((8u64 << 30) as f64 * 0.1).ceil() as u64;
+        assert_eq!(cpu.model_allowance_bytes, (usable as f64 * 0.07).ceil() as u64);
+        assert_eq!(cpu.budget.budget_bytes, p.budget.budget_bytes - (20 << 20) - cpu.model_allowance_bytes);
+        assert_eq!(cpu.max_batch, 53);
+        // The device total is the prediction itself: the allowance is kept
+        // free, not added to it.
         let m = cpu.device_memory.unwrap();
-        assert_eq!(m.total_bytes(), ((1024 + 58 * 100 + 512 + 20) as f64) * (1u64 << 20) as f64);
+        assert_eq!(m.total_bytes(), ((1024 + 53 * 100 + 512 + 20) as f64) * (1u64 << 20) as f64);
     }
 }

@@ -15,6 +15,9 @@ use crate::report::device_memory::{self, MemoryRow};
 use crate::report::output::write_atomic;
 use crate::units::{format_input, human_bytes};
 
+/// What the model allowance column is, in one clause.
+const ALLOWANCE_NOTE: &str = "the model allowance is kept free for the prediction's own error";
+
 pub fn run(args: PlanArgs) -> Result<i32> {
     // The GPU names are checked before the file is read: a typo costs nothing.
     let gpus = profile::resolve_gpus(&args.gpu).map_err(|e| UsageError::new(e.to_string()))?;
@@ -70,6 +73,7 @@ pub fn run(args: PlanArgs) -> Result<i32> {
         "GPU (predicted)",
         "memory",
         "overheads",
+        "model allowance",
         "budget",
         "max batch",
         "recommended",
@@ -79,6 +83,7 @@ pub fn run(args: PlanArgs) -> Result<i32> {
             format!("{} ({})", p.gpu.name, p.gpu.id),
             human_bytes(p.gpu.memory_bytes as f64),
             human_bytes(p.overheads.total() as f64),
+            human_bytes(p.model_allowance_bytes as f64),
             human_bytes(p.budget.budget_bytes as f64),
             p.max_batch.to_string(),
             p.recommended_batch.to_string(),
@@ -89,11 +94,12 @@ pub fn run(args: PlanArgs) -> Result<i32> {
         println!(
             "note: predicted from host measurements: the CUDA allocator's rounding and cache are modelled, and \
              attention, autocast's norms and dropout as CUDA runs them; the overheads are the CUDA context and \
-             the cuBLAS workspace; cuDNN's choices are not modelled (--explain shows the parts)"
+             the cuBLAS workspace; cuDNN's choices are not modelled; {ALLOWANCE_NOTE} (--explain shows the parts)"
         );
     } else if !from_gpu {
         println!(
-            "note: predicted from host measurements: the CUDA allocator's rounding is not in them (--explain shows the parts)"
+            "note: predicted from host measurements: the CUDA allocator's rounding is not in them; {ALLOWANCE_NOTE} \
+             (--explain shows the parts)"
         );
     }
     let unmeasured =

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::grid::{self, Rows};
 
-use crate::analyze::device_memory::DeviceMemory;
+use crate::analyze::device_memory::{DeviceMemory, CPU_UNDER_PREDICTION};
 use crate::analyze::whatif::GpuPrediction;
 use crate::units::human_bytes;
 
@@ -119,11 +119,34 @@ pub fn explain(predictions: &[GpuPrediction], at: &[u64], modelled: bool) -> Str
     for (id, source) in sources {
         out.push_str(&format!("- CUDA context ({id}): {source}\n"));
     }
-    out.push_str(
+    if let Some(p) = predictions.iter().find(|p| p.model_allowance_bytes > 0) {
+        out.push_str(&format!(
+            "- model allowance (not in the device total; kept free besides the margin): {:.0}% of what the margin \
+             leaves ({} on {}), the worst under-prediction of a GPU's reading by a CPU run over the public readings \
+             vramprobe reproduces (docs/benchmarks.md), so that the max batch stays under what the GPU holds.\n",
+            CPU_UNDER_PREDICTION * 100.0,
+            human_bytes(p.model_allowance_bytes as f64),
+            p.gpu.id
+        ));
+    }
+    // The range: nothing (the fallback) up to all that is free at the batch.
+    let free = predictions.iter().find_map(|p| {
+        let m = p.device_memory?;
+        Some(format!(
+            " (on {} at batch {}: up to {})",
+            p.gpu.id,
+            m.batch,
+            human_bytes((p.gpu.memory_bytes as f64 - m.total_bytes()).max(0.0))
+        ))
+    });
+    out.push_str(&format!(
         "- cuDNN convolution workspaces: not added. Each is taken from the caching allocator for one call and \
-         returned; when one cannot be allocated PyTorch tries the next algorithm (its cuDNN v8 path catches the \
-         out-of-memory error), and with torch.backends.cudnn.benchmark = True it only considers workspaces up to \
-         what is free. They fill free memory, so NVML's reading rises with them, without deciding the max batch.\n",
-    );
+         returned, from 0 B (when none can be allocated PyTorch tries the next algorithm: its cuDNN v8 path catches \
+         the out-of-memory error) up to all that is free{}, the worst case with torch.backends.cudnn.benchmark = \
+         True, which considers workspaces up to what is free. NVML's reading rises with them toward the capacity \
+         without the job failing; with nothing free at all, cuDNN can fail (\"unable to find an engine\"), which \
+         the margin and the model allowance leave room against.\n",
+        free.unwrap_or_default()
+    ));
     out
 }

@@ -2,6 +2,7 @@
 //! they apply, predictions for common GPU sizes.
 
 use crate::analyze::analysis::SeqSummary;
+use crate::analyze::device_memory::CPU_UNDER_PREDICTION;
 use crate::analyze::worldfit::WorldSummary;
 use crate::units::{format_input, human_bytes};
 
@@ -178,15 +179,17 @@ pub fn rank_rows(report: &Report) -> Option<(String, Rows)> {
 /// Predictions for common GPU sizes, with the line that says what they are from.
 pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
     let a = report.analysis.as_ref().filter(|a| !a.gpu_predictions.is_empty())?;
+    let allowance = format!("the budget keeps {:.0}% free for the model's error", CPU_UNDER_PREDICTION * 100.0);
     let label = match (report.device.is_cuda(), a.cuda_reserved_fit.is_some()) {
-        (true, _) => "Predicted for other GPU sizes (fit + this GPU's measured CUDA context):",
-        (false, true) => {
+        (true, _) => "Predicted for other GPU sizes (fit + this GPU's measured CUDA context):".to_string(),
+        (false, true) => format!(
             "Predicted for GPUs from host (CPU) measurements, reserved bytes by a model of CUDA's caching allocator; \
-             the CUDA context and cuDNN workspaces are not included:"
-        }
-        (false, false) => {
-            "Predicted for GPUs from host (CPU) measurements; the CUDA context and cuDNN workspaces are not included:"
-        }
+             {allowance}; the CUDA context and cuDNN workspaces are not included:"
+        ),
+        (false, false) => format!(
+            "Predicted for GPUs from host (CPU) measurements; {allowance}; the CUDA context and cuDNN workspaces \
+             are not included:"
+        ),
     };
     let rows = a
         .gpu_predictions
@@ -201,7 +204,7 @@ pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
         })
         .collect();
     let header = ["GPU memory", "budget", "max batch", "recommended"].map(String::from).to_vec();
-    Some((label.to_string(), Rows { header, rows }))
+    Some((label, Rows { header, rows }))
 }
 
 /// Every note of the run: the analysis' and the sweep's.
