@@ -2,8 +2,8 @@
 //! `plan --explain` shows):
 //!
 //! - **reserved**: what the caching allocator holds at the step's peak.
-//!   From a CPU run of a built-in model, a curve: the sweep scales the
-//!   last step's trace of its two largest batches to larger ones
+//!   From a CPU run of a built-in model or a command, a curve: the sweep
+//!   scales the last step's trace of its two largest batches to larger ones
 //!   ([`crate::analyze::trace_scale`]) and replays each through the
 //!   allocator's model, so the optimizer step's flat peak at small batches,
 //!   the activations' growth at large ones and the fragmentation between

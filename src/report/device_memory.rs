@@ -98,7 +98,9 @@ pub fn explain(predictions: &[GpuPrediction], at: &[u64], modelled: bool) -> Str
          the CPU step's allocations and frees in order. Past the batches run, the last step of the two largest \
          is scaled event by event (each allocation along its own line through the two batches) and replayed \
          (3 steps), so the optimizer step's peak, the activations' growth and the fragmentation between them \
-         are all in it; the curve is straight between the batches it was replayed at. For your own command, \
+         are all in it; the curve is straight between the batches it was replayed at, or over its larger \
+         half, where higher, that half's least-squares line raised to its points within half to twice the batch \
+         (the model's fragmentation at one batch can be kinder than a GPU's). For your own command, \
          attention the CPU ran on its math path (dropout, some masks) counts as CUDA's fused kernels run it \
          (inputs, output and log-sum-exp kept for the backward, no L x L weights), and layer_norm and \
          group_norm under autocast as CUDA's autocast runs them (the input copied to fp32 and the copy saved), \
