@@ -4,7 +4,7 @@
 //! common GPU capacities.
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::device_memory::{model_allowance_bytes, CurvePoint, Reserved};
+use crate::analyze::device_memory::{less_model_allowance, CurvePoint, Reserved};
 use crate::analyze::fastest::{self, Fastest};
 use crate::analyze::fit::{Budget, Fit, LinearFit};
 use crate::analyze::note::Note;
@@ -278,10 +278,11 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
             .map(|gib| {
                 // From host measurements the CUDA context is unknown (0 here).
                 let foreign = if input.device.is_cuda() { budget.non_pytorch_bytes } else { 0 };
-                let b = Budget::new(gib << 30, budget.margin_fraction, foreign);
                 // From host measurements the model's own error is kept free too.
-                let allowance = if input.device.is_cuda() { 0 } else { model_allowance_bytes(b.usable_bytes()) };
-                let b = Budget { budget_bytes: b.budget_bytes.saturating_sub(allowance), ..b };
+                let (b, _) = less_model_allowance(
+                    Budget::new(gib << 30, budget.margin_fraction, foreign),
+                    input.device.is_cuda(),
+                );
                 let max = reserved.max_batch_within(b.budget_bytes).unwrap_or(0);
                 GpuPrediction {
                     capacity_bytes: b.capacity_bytes,

@@ -24,7 +24,7 @@
 //! its max batch stays under what the GPU holds.
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::fit::LinearFit;
+use crate::analyze::fit::{Budget, LinearFit};
 
 /// How far under a GPU's reading a prediction from a CPU run may fall, as
 /// a fraction of the reading: the worst under-prediction over the public
@@ -38,8 +38,15 @@ pub const CPU_UNDER_PREDICTION: f64 = 0.07;
 /// own error: the GPU may read up to `total / (1 - CPU_UNDER_PREDICTION)`,
 /// so the predicted total must stay within `usable * (1 - CPU_UNDER_PREDICTION)`
 /// of the `usable_bytes` (capacity less the margin).
-pub fn model_allowance_bytes(usable_bytes: u64) -> u64 {
+fn model_allowance_bytes(usable_bytes: u64) -> u64 {
     (usable_bytes as f64 * CPU_UNDER_PREDICTION).ceil() as u64
+}
+
+/// `budget` less the model allowance a prediction from a CPU run keeps free
+/// (none from a GPU run), and that allowance.
+pub fn less_model_allowance(budget: Budget, from_gpu: bool) -> (Budget, u64) {
+    let allowance = if from_gpu { 0 } else { model_allowance_bytes(budget.usable_bytes()) };
+    (Budget { budget_bytes: budget.budget_bytes.saturating_sub(allowance), ..budget }, allowance)
 }
 
 /// A batch and what the allocator's model reserved for its scaled trace.
@@ -58,10 +65,15 @@ pub enum Reserved {
     Line(LinearFit),
     /// Points by the allocator's model at batches the run's traces were
     /// scaled to, ascending; straight between them, and past the last
-    /// along the last two, unless a nearby segment lies higher (see
-    /// [`piece`]). Kept non-decreasing: a batch never needs less than a
-    /// smaller one.
-    Curve { points: Vec<CurvePoint> },
+    /// along the last two, unless the upper line lies higher (see
+    /// [`Reserved::line_at`]). Kept non-decreasing: a batch never needs less
+    /// than a smaller one.
+    Curve {
+        points: Vec<CurvePoint>,
+        /// The least-squares line through the larger half of the points
+        /// (three at least), fitted once; the upper line raises it per batch.
+        trend: Option<LinearFit>,
+    },
 }
 
 /// The straight line through two points.
@@ -75,38 +87,32 @@ fn chord(a: CurvePoint, b: CurvePoint) -> LinearFit {
     }
 }
 
-/// Over the larger half of the points (three at least), from its first
-/// batch on: their least-squares line, raised to the highest of them from
-/// half of `batch` to twice it. Where the model's fragmentation happened to
-/// be kind at a point or a few, the prediction does not follow it down: a
-/// GPU's fragmentation at those batches is not the model's. Raised only by
-/// the points near `batch`, so that a curve bending over a wide range of
-/// batches is not raised at one end by its other.
-fn upper_line(points: &[CurvePoint], batch: u64) -> Option<LinearFit> {
+/// The least-squares line through the larger half of `points`, when it
+/// holds three at least.
+fn larger_half_trend(points: &[CurvePoint]) -> Option<LinearFit> {
     let half = &points[points.len() / 2..];
-    if half.len() < 3 || batch < half[0].batch {
+    let pairs: Vec<(u64, u64)> = half.iter().map(|p| (p.batch, p.reserved_bytes)).collect();
+    LinearFit::fit(&pairs).ok().filter(|_| half.len() >= 3)
+}
+
+/// From the larger half's first batch on: its `trend` raised to the highest
+/// of its points from half of `batch` to twice it. Where the model's
+/// fragmentation happened to be kind at a point or a few, the prediction
+/// does not follow it down: a GPU's fragmentation at those batches is not
+/// the model's. Raised only by the points near `batch`, so that a curve
+/// bending over a wide range of batches is not raised at one end by its
+/// other.
+fn upper_line(points: &[CurvePoint], trend: LinearFit, batch: u64) -> Option<LinearFit> {
+    let half = &points[points.len() / 2..];
+    if batch < half[0].batch {
         return None;
     }
-    let pairs: Vec<(u64, u64)> = half.iter().map(|p| (p.batch, p.reserved_bytes)).collect();
-    let line = LinearFit::fit(&pairs).ok()?;
     let above = half
         .iter()
         .filter(|p| p.batch.saturating_mul(2) >= batch && p.batch <= batch.saturating_mul(2))
-        .map(|p| p.reserved_bytes as f64 - line.predict(p.batch))
+        .map(|p| p.reserved_bytes as f64 - trend.predict(p.batch))
         .fold(0.0, f64::max);
-    Some(LinearFit { fixed_bytes: line.fixed_bytes + above, ..line })
-}
-
-/// The piece of `points` (at least two) that predicts `batch`: the segment
-/// that holds it (the first before them, the last past them), or the upper
-/// line where it lies higher.
-fn piece(points: &[CurvePoint], batch: u64) -> LinearFit {
-    let i = points.windows(2).position(|w| batch <= w[1].batch).unwrap_or(points.len() - 2);
-    let own = chord(points[i], points[i + 1]);
-    match upper_line(points, batch) {
-        Some(upper) if upper.predict(batch) > own.predict(batch) => upper,
-        _ => own,
-    }
+    Some(LinearFit { fixed_bytes: trend.fixed_bytes + above, ..trend })
 }
 
 impl Reserved {
@@ -120,14 +126,24 @@ impl Reserved {
             highest = highest.max(p.reserved_bytes);
             p.reserved_bytes = highest;
         }
-        (points.len() >= 2).then_some(Reserved::Curve { points })
+        let trend = larger_half_trend(&points);
+        (points.len() >= 2).then_some(Reserved::Curve { points, trend })
     }
 
-    /// The straight piece that predicts `batch` (a curve's [`piece`], or the line).
+    /// The straight piece that predicts `batch`: the line, or the curve's
+    /// segment that holds it (the first before its points, the last past
+    /// them), or its upper line where that lies higher.
     pub fn line_at(&self, batch: u64) -> LinearFit {
         match self {
             Reserved::Line(f) => *f,
-            Reserved::Curve { points } => piece(points, batch),
+            Reserved::Curve { points, trend } => {
+                let i = points.windows(2).position(|w| batch <= w[1].batch).unwrap_or(points.len() - 2);
+                let segment = chord(points[i], points[i + 1]);
+                match trend.and_then(|t| upper_line(points, t, batch)) {
+                    Some(upper) if upper.predict(batch) > segment.predict(batch) => upper,
+                    _ => segment,
+                }
+            }
         }
     }
 

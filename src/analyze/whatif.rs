@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::analyze::analysis::round_down;
-use crate::analyze::device_memory::{model_allowance_bytes, DeviceMemory, Overheads, Reserved};
+use crate::analyze::device_memory::{less_model_allowance, DeviceMemory, Overheads, Reserved};
 use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::profile::GpuProfile;
 
@@ -18,7 +18,7 @@ pub struct GpuPrediction {
     pub fit: LinearFit,
     pub overheads: Overheads,
     /// Kept free for the model's own error when predicting from a CPU run
-    /// (0 from a GPU run): see [`model_allowance_bytes`].
+    /// (0 from a GPU run): see [`less_model_allowance`].
     pub model_allowance_bytes: u64,
     /// Capacity less the margin, the overheads and the model allowance:
     /// what the line must stay under.
@@ -47,9 +47,8 @@ pub fn predict_for(
         context_bytes: gpu.context_overhead_bytes,
         cublas_workspace_bytes: if from_gpu { 0 } else { gpu.cublas_workspace_reserved_bytes() },
     };
-    let budget = Budget::new(gpu.memory_bytes, margin_fraction, overheads.total());
-    let model_allowance_bytes = if from_gpu { 0 } else { model_allowance_bytes(budget.usable_bytes()) };
-    let budget = Budget { budget_bytes: budget.budget_bytes.saturating_sub(model_allowance_bytes), ..budget };
+    let (budget, model_allowance_bytes) =
+        less_model_allowance(Budget::new(gpu.memory_bytes, margin_fraction, overheads.total()), from_gpu);
     let max_batch = reserved.max_batch_within(budget.budget_bytes).unwrap_or(0);
     let recommended_batch = round_down(max_batch, multiple_of);
     let device_memory = (recommended_batch > 0).then(|| DeviceMemory::at(reserved, overheads, recommended_batch));
