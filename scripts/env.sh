@@ -29,7 +29,8 @@ _vp_torch_version_of() {
 _vp_install_torch() {
   local venv="$1" py="${VRAMPROBE_PYTHON:-python3}" avail_kb
   command -v "$py" >/dev/null 2>&1 || _vp_fail "$py not found: it is needed once to install torch==$VRAMPROBE_TORCH_VERSION (or set VRAMPROBE_LIBTORCH to an existing PyTorch $VRAMPROBE_TORCH_VERSION)" || return 1
-  mkdir -p "$(dirname "$venv")" || _vp_fail "cannot create the cache folder $(dirname "$venv")" || return 1
+  # The cache is the user's own (mode 0700): vramprobe refuses to run its hook from one others can write to.
+  { mkdir -p "$(dirname "$(dirname "$venv")")" && mkdir -p -m 700 "$(dirname "$venv")"; } || _vp_fail "cannot create the cache folder $(dirname "$venv")" || return 1
   avail_kb=$(df -Pk "$(dirname "$venv")" | awk 'NR==2 {print $4}')
   if [ -n "$avail_kb" ] && [ "$avail_kb" -lt 6000000 ]; then
     _vp_fail "only $((avail_kb / 1024)) MiB free under $(dirname "$venv"); torch==$VRAMPROBE_TORCH_VERSION needs about 5 GiB (set VRAMPROBE_CACHE elsewhere)"

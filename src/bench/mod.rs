@@ -15,7 +15,7 @@
 //! (`analyze::search::run`) but never imports `sweep`, `train` or
 //! `commands`.
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -202,6 +202,8 @@ impl Measurement {
 /// recorded measurements of the same case.
 struct RealOracle<'a> {
     exe: &'a Path,
+    /// The trials' private scratch folder (one trial at a time).
+    scratch: &'a Path,
     case: &'a RealCase,
     budget: Budget,
     seen: BTreeMap<u64, Observation>,
@@ -214,7 +216,7 @@ impl RealOracle<'_> {
             return o.clone();
         }
         let spec = self.case.spec(batch, Some(self.budget.capacity_bytes));
-        let trial = runner::run_trial(self.exe, trial_dir(), 0, &spec, TRIAL_TIMEOUT, |_| {});
+        let trial = runner::run_trial(self.exe, self.scratch.to_path_buf(), 0, &spec, TRIAL_TIMEOUT, |_| {});
         let o = observe(&trial, &self.budget, FitBasis::PeakAllocated);
         (self.progress)(&format!(
             "  {} batch {batch}: {}",
@@ -226,18 +228,13 @@ impl RealOracle<'_> {
     }
 }
 
-/// The folder of the benchmark's trials (one at a time): its spec and records.
-fn trial_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("vramprobe-bench-{}", std::process::id()))
-}
-
 /// The capacity that puts `case`'s max at its target on this machine: its
 /// memory line through two unconstrained trials, measured here.
-fn derive_capacity(exe: &Path, case: &RealCase) -> Result<u64> {
+fn derive_capacity(exe: &Path, scratch: &Path, case: &RealCase) -> Result<u64> {
     let (low, high) = (case.target_max / 4, case.target_max / 2);
     let mut points = Vec::new();
     for batch in [low, high] {
-        let trial = runner::run_trial(exe, trial_dir(), 0, &case.spec(batch, None), TRIAL_TIMEOUT, |_| {});
+        let trial = runner::run_trial(exe, scratch.to_path_buf(), 0, &case.spec(batch, None), TRIAL_TIMEOUT, |_| {});
         match FitBasis::PeakAllocated.peak(&trial) {
             Some(peak) if trial.outcome == crate::record::trial::Outcome::Fits => points.push((batch, peak)),
             _ => bail!("{}: measuring batch {batch} failed: {}", case.name(), trial.message.unwrap_or_default()),
@@ -257,9 +254,11 @@ pub fn real_rows(
 ) -> Result<(Vec<BenchRow>, Vec<Measurement>)> {
     let mut rows = Vec::new();
     let mut measured = Vec::new();
+    // The folder of the benchmark's trials: its spec and records.
+    let scratch = crate::measure::private::scratch("vramprobe-bench-", None)?;
     for case in real_cases() {
         let name = case.name();
-        let capacity = derive_capacity(exe, &case)?;
+        let capacity = derive_capacity(exe, scratch.path(), &case)?;
         progress(&format!("{name}: capacity {capacity} bytes on {machine} (for a max near {})", case.target_max));
         let budget = Budget::new(capacity, MARGIN, 0);
         let seen = recorded
@@ -267,7 +266,8 @@ pub fn real_rows(
             .filter(|m| m.case == name && m.machine == machine && m.capacity_bytes == capacity)
             .map(|m| (m.batch, m.observation()))
             .collect();
-        let mut oracle = RealOracle { exe, case: &case, budget, seen, progress: &mut *progress };
+        let mut oracle =
+            RealOracle { exe, scratch: scratch.path(), case: &case, budget, seen, progress: &mut *progress };
         // The truth, independently of every strategy: every batch from 1 up.
         let mut true_max = 0;
         loop {

@@ -4,7 +4,7 @@
 //! 2 usage error.
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
 use crate::analyze::analysis::{budget_for, FitBasis};
@@ -12,7 +12,7 @@ use crate::analyze::fit::{Budget, Fit, LinearFit};
 use crate::analyze::note::Note;
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
-use crate::measure::device;
+use crate::measure::{device, private};
 use crate::record::device::DeviceRequest;
 use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
 use crate::record::trial::{Outcome, StepMark, TrialResult};
@@ -201,12 +201,14 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let limit = device::capacity_limit(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
     // The trial's folder (spec, records, a command's output), kept only for this check.
-    let scratch = std::env::temp_dir().join(format!("vramprobe-check-{}", std::process::id()));
-    let mut runner = super::trial_runner(&subject, device, args.steps, limit, timeout, scratch.clone(), true)?;
+    // A fresh private folder, never a guessable name someone else made first.
+    let scratch = private::scratch("vramprobe-check-", None).context("creating the check's scratch folder")?;
+    let mut runner = super::trial_runner(&subject, device, args.steps, limit, timeout, scratch.path().into(), true)?;
     let trial = runner.run(1, batch, args.breakdown.breakdown_on(), &mut |_| {})?;
+    drop(runner);
     // A failed trial's folder (a command's output) stays for the user to read.
-    if matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
-        let _ = std::fs::remove_dir_all(&scratch);
+    if !matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
+        let _ = scratch.keep();
     }
     // Ctrl-C or SIGTERM killed the check's trial: no verdict, exit 130/143.
     crate::interrupt::check()?;

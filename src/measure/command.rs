@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::measure::preimport::{python_path, TrialStart, Zygote};
+use crate::measure::private;
 use crate::measure::runner::TrialKind;
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::subject::{Placeholders, UserCommand};
@@ -28,19 +29,22 @@ const HOOK_FILES: [(&str, &str); 6] = [
 const OLD_HOOK: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// Writes the hook into `cache` (once per version of its text) and returns
-/// the folder to put first on `PYTHONPATH`.
+/// the folder to put first on `PYTHONPATH`. The job's Python imports it
+/// first, so the cache and the hook's folder must be the user's own: one
+/// that another account owns or can write to is refused.
 pub fn install_hook(cache: &Path) -> std::io::Result<PathBuf> {
     let digest = HOOK_FILES.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, (_, text)| {
         text.bytes().fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
     });
+    private::trusted_dir(cache, "vramprobe's cache")?;
     let dir = cache.join(format!("hook-{digest:016x}"));
+    private::trusted_dir(&dir, "vramprobe's hook folder")?;
     for (name, text) in HOOK_FILES {
         let path = dir.join(name);
         if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
-            std::fs::create_dir_all(&dir)?;
-            let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-            std::fs::write(&tmp, text)?;
-            std::fs::rename(&tmp, &path)?;
+            let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).tempfile_in(&dir)?;
+            std::io::Write::write_all(&mut tmp, text.as_bytes())?;
+            tmp.persist(&path).map_err(|e| e.error)?;
         }
     }
     // Earlier versions of the hook go once a week has passed: another
@@ -56,14 +60,6 @@ pub fn install_hook(cache: &Path) -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// vramprobe's cache folder: `VRAMPROBE_CACHE`, else `~/.cache/vramprobe`.
-pub fn cache_dir() -> PathBuf {
-    match std::env::var_os("VRAMPROBE_CACHE") {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("HOME").map_or_else(std::env::temp_dir, PathBuf::from).join(".cache/vramprobe"),
-    }
-}
-
 /// Where a sweep's or check's command trials run: the command, the folder
 /// their trial folders go in, and the installed hook.
 #[derive(Debug, Clone)]
@@ -76,10 +72,10 @@ pub struct CommandRuns {
 }
 
 impl CommandRuns {
-    /// Installs the hook and claims `trials_dir`.
+    /// Installs the hook and claims `trials_dir` (private, as each trial's folder in it).
     pub fn new(command: UserCommand, at: Placeholders, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
-        std::fs::create_dir_all(&trials_dir)?;
-        Ok(CommandRuns { command, at, trials_dir, hook_dir: install_hook(&cache_dir())? })
+        private::own_dir(&trials_dir)?;
+        Ok(CommandRuns { command, at, trials_dir, hook_dir: install_hook(&private::cache_dir()?)? })
     }
 
     /// Trial `n` of `spec`, in its own folder `NNN-batch-B`, forked from
@@ -91,7 +87,7 @@ impl CommandRuns {
         zygote: Option<&'a Zygote>,
     ) -> std::io::Result<CommandTrial<'a>> {
         let dir = crate::measure::runner::trial_dir(&self.trials_dir, n, spec.batch);
-        std::fs::create_dir_all(&dir)?;
+        private::own_dir(&dir)?;
         Ok(CommandTrial { command: &self.command, spec, at: self.at, dir, hook_dir: &self.hook_dir, zygote })
     }
 }

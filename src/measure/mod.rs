@@ -7,7 +7,7 @@
 //! what a step is made of: [`model`], [`optim`], [`data`], [`device`] (cpu,
 //! cuda, nvml), the [`meter`] that reads them around a step, the C++
 //! [`shim`], the ledger's classification of the peak ([`breakdown`]), the
-//! [`environment`], and TEST-ONLY [`fault`] injection (only with the
+//! [`environment`], the [`private`] folders and secrets trials use, and TEST-ONLY [`fault`] injection (only with the
 //! `fault-injection` feature).
 //!
 //! Everything that links libtorch (the built-in child, its models, the
@@ -39,6 +39,7 @@ pub mod model;
 #[cfg(feature = "builtin")]
 pub mod optim;
 pub mod preimport;
+pub mod private;
 pub mod runner;
 #[cfg(feature = "builtin")]
 pub mod shim;

@@ -11,7 +11,12 @@
 //! statuses work as for a fresh process. Anything else (launchers such as
 //! torchrun, shell scripts, `conda run`, interpreter flags, a script whose
 //! imports initialise CUDA) starts each trial fresh, and the report says so.
-use std::io::{BufRead, BufReader};
+//!
+//! The interpreter runs whatever a request names, so only this sweep may
+//! ask: its socket lives in a fresh folder only the user can enter, and it
+//! serves a request only from the user's own uid (`SO_PEERCRED`) carrying
+//! the secret vramprobe handed it on its stdin (docs/security.md).
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -51,11 +56,19 @@ pub fn python_target(argv: &[String]) -> Result<PythonTarget, String> {
     }
 }
 
+/// The relay's environment variable with the secret (the relay takes it out
+/// of the environment it hands the trial).
+pub const SECRET_VAR: &str = "VRAMPROBE_ZYGOTE_SECRET";
+
 /// A running pre-imported interpreter, serving trials on its socket.
 #[derive(Debug)]
 pub struct Zygote {
     child: Child,
     socket: PathBuf,
+    /// What every request must carry.
+    secret: String,
+    /// The socket's private folder, removed with the interpreter.
+    _folder: tempfile::TempDir,
     python: String,
     /// How long its imports took.
     pub import_seconds: f64,
@@ -65,10 +78,10 @@ impl Zygote {
     /// Starts the interpreter for `target` and waits until its imports are
     /// done; `Err` says why it cannot serve (then trials start fresh).
     pub fn start(python: &str, target: &PythonTarget, hook_dir: &Path, log: &Path) -> Result<Zygote, String> {
-        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let socket = std::env::temp_dir().join(format!("vramprobe-{}-{n}.sock", std::process::id()));
-        let _ = std::fs::remove_file(&socket);
+        let folder = crate::measure::private::scratch("vramprobe-", runtime_dir().as_deref())
+            .map_err(|e| format!("could not make a private folder for its socket: {e}"))?;
+        let socket = folder.path().join("interpreter.sock");
+        let secret = crate::measure::private::secret().map_err(|e| format!("no random secret: {e}"))?;
         let log_file = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let mut command = Command::new(python);
         command.arg(hook_dir.join("vramprobe_zygote.py")).arg(&socket);
@@ -81,12 +94,18 @@ impl Zygote {
             // The server itself is not measured: only the trials it forks arm the hook.
             .env_remove("VRAMPROBE_RECORDS_DIR")
             .env_remove("VRAMPROBE_HOOK_CLAIM")
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file);
         crate::measure::runner::own_group_dying_with_vramprobe(&mut command);
         let started = Instant::now();
         let mut child = command.spawn().map_err(|e| format!("could not start {python}: {e}"))?;
+        // The secret goes over a pipe: no other process sees it there.
+        let handed = child.stdin.take().map(|mut stdin| stdin.write_all(format!("{secret}\n").as_bytes()));
+        if !matches!(handed, Some(Ok(()))) {
+            let _ = child.kill();
+            return Err("could not hand the interpreter its secret".into());
+        }
         let Some(stdout) = child.stdout.take() else { return Err("no pipe to the interpreter".into()) };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -95,8 +114,14 @@ impl Zygote {
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(READY_TIMEOUT).unwrap_or_default();
-        let zygote =
-            Zygote { child, socket, python: python.to_string(), import_seconds: started.elapsed().as_secs_f64() };
+        let zygote = Zygote {
+            child,
+            socket,
+            secret,
+            _folder: folder,
+            python: python.to_string(),
+            import_seconds: started.elapsed().as_secs_f64(),
+        };
         match line.trim() {
             "ready" => Ok(zygote),
             failed => {
@@ -118,7 +143,7 @@ impl Zygote {
     pub fn relay(&self, hook_dir: &Path, argv: &[String]) -> Command {
         let mut command = Command::new(&self.python);
         command.args(["-E", "-s", "-S"]).arg(hook_dir.join("vramprobe_fork.py")).arg(&self.socket).arg("--");
-        command.args(argv);
+        command.args(argv).env(SECRET_VAR, &self.secret);
         command
     }
 }
@@ -127,8 +152,15 @@ impl Drop for Zygote {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
+        // Then the socket's folder goes with `_folder`.
     }
+}
+
+/// `$XDG_RUNTIME_DIR` when it is set and the user's own (then the socket's
+/// folder is made there, as systemd intends), else None: the temp folder.
+fn runtime_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty())?);
+    crate::measure::private::untrusted(&dir, "XDG_RUNTIME_DIR").is_none().then_some(dir)
 }
 
 /// `hook_dir` first on the inherited PYTHONPATH.

@@ -3,6 +3,7 @@
 //! (or a crash) never sees a half-written file.
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -20,14 +21,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 pub fn replace_atomically(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = write(&tmp).and_then(|()| {
-        fs::File::open(&tmp)?.sync_all()?;
-        Ok(fs::rename(&tmp, path)?)
-    });
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
+    // A fresh name made with O_EXCL (never one guessable in advance, which
+    // someone else could have made first), with the umask's usual mode.
+    let result = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|tmp| {
+            write(tmp.path())?;
+            fs::File::open(tmp.path())?.sync_all()?;
+            tmp.persist(path).map_err(|e| e.error)?;
+            Ok(())
+        });
     result.with_context(|| format!("writing {}", path.display()))
 }
 
@@ -82,9 +89,8 @@ pub fn prepare_out_dir(out: Option<&Path>, model: &str, stamp: &str, force: bool
             }
         }
     };
-    let probe = dir.join(format!(".write-test-{}", std::process::id()));
-    fs::write(&probe, b"").map_err(|e| unusable(&dir, &e))?;
-    let _ = fs::remove_file(&probe);
+    // Removed when dropped.
+    tempfile::Builder::new().prefix(".write-test-").tempfile_in(&dir).map_err(|e| unusable(&dir, &e))?;
     Ok(dir)
 }
 
@@ -100,6 +106,18 @@ mod tests {
         write_atomic(&path, b"new").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"new");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn atomic_writes_keep_the_umasks_mode() {
+        use std::os::unix::fs::MetadataExt;
+        let status = fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status.lines().find_map(|l| l.strip_prefix("Umask:")).unwrap().trim();
+        let umask = u32::from_str_radix(umask, 8).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sweep.csv");
+        write_atomic(&path, b"x").unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, 0o666 & !umask);
     }
 
     #[test]

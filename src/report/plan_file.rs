@@ -474,8 +474,7 @@ mod tests {
     /// A row of every kind the sweep and `plan` write, with every column set.
     fn rows_of_every_kind() -> Vec<PlanRow> {
         use crate::analyze::search::StrategyKind;
-        let dir = std::env::temp_dir().join(format!("vramprobe-plan-roundtrip-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new().prefix("vramprobe-plan-roundtrip-").tempdir().unwrap().keep();
         let script = dir.join("net.pt");
         std::fs::write(&script, b"not read here").unwrap();
         let built_in = PlanRow {

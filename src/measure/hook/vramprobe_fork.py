@@ -1,8 +1,10 @@
 """The relay of one trial served by vramprobe's pre-imported interpreter
 (vramprobe_zygote.py). vramprobe starts it in place of the user's command,
 as `python -E -s -S vramprobe_fork.py SOCKET -- ARGV...`: it starts in
-milliseconds (no site, no torch), hands the server its stdin, stdout,
-stderr, working folder, environment, process group and the command's argv,
+milliseconds (no site, no torch), hands the server the sweep's secret (from
+VRAMPROBE_ZYGOTE_SECRET, which it takes out of the environment it passes
+on), its stdin, stdout, stderr, working folder, environment, process group
+and the command's argv,
 and exits as the trial's process did: with its exit code, or killed by the
 same signal. vramprobe kills this relay's process group on a timeout, and
 the trial's process is in it.
@@ -28,7 +30,9 @@ def _target(argv):
 def main():
     path, argv = sys.argv[1], sys.argv[3:]
     target, script_argv, unbuffered = _target(argv)
+    secret = os.environ.pop("VRAMPROBE_ZYGOTE_SECRET", "")
     request = {
+        "secret": secret,
         "argv": script_argv,
         "target": target,
         "cwd": os.getcwd(),

@@ -2,7 +2,7 @@
 `python script.py ...` or `python -m module ...`).
 
 Started once per sweep as `python vramprobe_zygote.py SOCKET SCRIPT_OR_-m MODULE`,
-it imports torch and the script's own top-level imports (the slow part of a
+with the sweep's secret as the first line of its stdin, it imports torch and the script's own top-level imports (the slow part of a
 trial's start), never initialises CUDA, prints "ready" and then serves one
 trial at a time on the Unix socket SOCKET, as multiprocessing's forkserver
 does: for each request it forks a child that
@@ -13,6 +13,10 @@ does: for each request it forks a child that
   working folder, environment and argv;
 - arms vramprobe's hook and runs the script (or module) as `__main__`.
 
+It serves only requests that come from its own uid (SO_PEERCRED) and carry
+the secret (compared in constant time); anything else is closed unanswered
+and runs nothing. vramprobe makes SOCKET in a folder only the user can enter.
+
 It then reports the child's exit status to the relay, which exits with it.
 Each trial is still a fresh process with a fresh allocator: only the
 imported modules are shared, copy-on-write. Anything this cannot serve
@@ -20,10 +24,15 @@ stops it with "failed: <why>" instead of "ready", and vramprobe starts every
 trial as a fresh process instead.
 """
 import ast
+import hmac
 import json
 import os
 import socket
+import struct
 import sys
+
+# A request larger than this is not one of vramprobe's relays.
+_MAX_REQUEST = 64 << 20
 
 
 def _top_level_imports(path):
@@ -138,18 +147,51 @@ def _run_child(request, fds):
         os._exit(code & 0xFF if code >= 0 else 1)
 
 
+def _peer_uid(conn):
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
 def _receive(conn):
     message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 8)
-    while not message.endswith(b"\n"):
-        more = conn.recv(1 << 20)
-        if not more:
-            break
-        message += more
-    return json.loads(message), fds
+    try:
+        while not message.endswith(b"\n"):
+            more = conn.recv(1 << 20)
+            if not more or len(message) > _MAX_REQUEST:
+                raise ValueError("an incomplete request")
+            message += more
+        return json.loads(message), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _authorized(conn, secret):
+    """The request of a relay of this sweep, with its descriptors; None (and
+    a line in the interpreter's log) for anyone else."""
+    uid = _peer_uid(conn)
+    if uid != os.getuid():
+        print(f"vramprobe: refused a connection from uid {uid}", file=sys.stderr, flush=True)
+        return None
+    conn.settimeout(30)
+    request, fds = _receive(conn)
+    given = request.get("secret") if isinstance(request, dict) else None
+    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), secret.encode()):
+        for fd in fds:
+            os.close(fd)
+        print("vramprobe: refused a request without this sweep's secret", file=sys.stderr, flush=True)
+        return None
+    conn.settimeout(None)
+    return request, fds
 
 
 def main():
     path, target = sys.argv[1], (("module", sys.argv[3]) if sys.argv[2] == "-m" else ("script", sys.argv[2]))
+    secret = sys.stdin.readline().strip()
+    if not secret:
+        print("failed: no secret on stdin", flush=True)
+        return
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
@@ -163,10 +205,13 @@ def main():
     while True:
         conn, _ = server.accept()
         try:
-            request, fds = _receive(conn)
+            served = _authorized(conn, secret)
         except (OSError, ValueError):
+            served = None
+        if served is None:
             conn.close()
             continue
+        request, fds = served
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()

@@ -127,6 +127,9 @@ impl TrialRunner for BuiltInRunner {
             trace: true,
             ..TrialSpec::new(batch, self.steps, self.device, self.limit)
         };
+        // The run's trial folders, private (a trial's own folder is made so too).
+        crate::measure::private::own_dir(&self.trials_dir)
+            .map_err(|e| anyhow::anyhow!("preparing {}: {e}", self.trials_dir.display()))?;
         let dir = trial_dir(&self.trials_dir, trial, batch);
         Ok(run_trial(&self.exe, dir, trial, &spec, self.timeout, on_step))
     }
@@ -227,7 +230,8 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
 /// Starts the trial's folder with its spec and without records, and sends
 /// the child's output to its log file where the kind has one.
 fn prepare(command: &mut Command, spec: &TrialSpec, dir: &Path, log: Option<&Path>) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    // Only this user can enter it: its records are what the verdict is read from.
+    crate::measure::private::own_dir(dir)?;
     for entry in std::fs::read_dir(dir)?.flatten() {
         if entry.file_name().to_str().and_then(Source::of_file).is_some() {
             std::fs::remove_file(entry.path())?;
