@@ -5,7 +5,8 @@
 //! ([`analysis`]: max, recommended and fastest batch), GPU profiles and what
 //! a measured line predicts on them ([`profile`], [`whatif`], part by part
 //! in [`device_memory`]), and how a
-//! distributed job's line changes with its world size ([`worldfit`]).
+//! distributed job's line changes with its world size ([`worldfit`]), and a
+//! whole job's peak from its rehearsal ([`whole_job`]).
 //!
 //! No I/O beyond reading a GPU profile file, no libtorch, no processes: unit
 //! tested on their own. Layer 4, beside `measure` (neither imports the
@@ -22,5 +23,6 @@ pub mod search;
 pub mod seqfit;
 pub mod trace_scale;
 pub mod whatif;
+pub mod whole_job;
 pub mod why;
 pub mod worldfit;

@@ -10,13 +10,15 @@ use serde::Serialize;
 use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, Fit, LinearFit};
 use crate::analyze::note::Note;
+use crate::analyze::whole_job::{self, Worst};
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
 use crate::measure::{device, private};
-use crate::record::device::DeviceRequest;
+use crate::record::device::{Device, DeviceRequest};
+use crate::record::rehearsal::{LongerLoader, Phase, RehearsalRecord, RehearsalSpec};
 use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
 use crate::record::trial::{Outcome, StepMark, TrialResult};
-use crate::report::plan_file;
+use crate::report::{plan_file, rehearsal};
 use crate::units::{format_input, human_bytes};
 
 pub const EXIT_WONT_FIT: i32 = 3;
@@ -65,7 +67,30 @@ struct VerdictJson {
     headroom_fraction: Option<f64>,
     /// The largest batch the plan's memory line allows on this capacity.
     max_batch_from_fit: Option<u64>,
+    /// What the check ran: whole_job, until_time_budget, every_phase_twice,
+    /// first_N_steps (--steps) or training_steps (a built-in model).
+    covered: String,
+    /// A rehearsal's peak by phase (train, eval, save, other).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    phases: Vec<rehearsal::PhaseJson>,
+    /// Where memory held grows: the judged peak at the loop's end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    projection: Option<ProjectionJson>,
     message: String,
+}
+
+/// A growing loop's projection in `--json`.
+#[derive(Serialize)]
+struct ProjectionJson {
+    phase: Phase,
+    /// The data loader whose batches add the most (0: the first the job iterates).
+    loader: u32,
+    growth_bytes_per_batch: u64,
+    batches_run: u32,
+    length: Option<u64>,
+    at_batch: u64,
+    peak_bytes: u64,
+    after_loop: bool,
 }
 
 /// What to check: a subject at one batch, and the memory line of the plan
@@ -136,7 +161,7 @@ fn judge(
     trial: &TrialResult,
     what: &str,
     budget: &Budget,
-    peak: Option<u64>,
+    (peak, source): (Option<u64>, &str),
     max_batch_from_fit: Option<u64>,
 ) -> Judgement {
     let capacity = human_bytes(budget.capacity_bytes as f64);
@@ -150,7 +175,7 @@ fn judge(
             let headroom = budget.headroom(peak as f64) as i64;
             let pct = headroom as f64 / budget.capacity_bytes as f64 * 100.0;
             let measured = format!(
-                "peak {}, headroom {} ({pct:.1}%) of {capacity} ({} steps)",
+                "peak {}{source}, headroom {} ({pct:.1}%) of {capacity} ({} steps)",
                 human_bytes(peak as f64),
                 human_bytes(headroom as f64),
                 trial.steps_completed()
@@ -172,7 +197,7 @@ fn judge(
                 Fit::OverCapacity => (
                     Verdict::WontFit,
                     format!(
-                        "WON'T FIT: {what}: peak {} plus {} outside PyTorch exceeds the capacity {capacity}",
+                        "WON'T FIT: {what}: peak {}{source} plus {} outside PyTorch exceeds the capacity {capacity}",
                         human_bytes(peak as f64),
                         human_bytes(budget.non_pytorch_bytes as f64),
                     ) + &largest,
@@ -191,6 +216,11 @@ fn judge(
     }
 }
 
+/// The batches a rehearsal takes from each pass over a DataLoader: the
+/// fourth shows whether held memory grows steadily (the first may make the
+/// optimizer's state once).
+const BATCHES_PER_LOADER: u32 = 4;
+
 pub fn run(args: CheckArgs) -> Result<i32> {
     let Target { subject, batch, plan_device, fit } = target(&args)?;
     let request = args.device.or(plan_device).unwrap_or(DeviceRequest::Auto);
@@ -198,25 +228,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     if let (Some(n), false) = (&note, args.quiet || args.json) {
         eprintln!("note: {n}");
     }
-    let limit = device::capacity_limit(device, args.capacity)?;
-    let timeout = Duration::from_secs(args.trial_timeout);
-    // The trial's folder (spec, records, a command's output), kept only for this check.
-    // A fresh private folder, never a guessable name someone else made first.
-    let scratch = private::scratch("vramprobe-check-", None).context("creating the check's scratch folder")?;
-    let mut runner = super::trial_runner(&subject, device, args.steps, limit, timeout, scratch.path().into(), true)?;
-    let trial = runner.run(1, batch, args.breakdown.breakdown_on(), &mut |_| {})?;
-    drop(runner);
-    // A failed trial's folder (a command's output) stays for the user to read.
-    if !matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
-        let _ = scratch.keep();
-    }
-    // Ctrl-C or SIGTERM killed the check's trial: no verdict, exit 130/143.
-    crate::interrupt::check()?;
-
-    if !matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
-        let message = trial.message.as_deref().unwrap_or("no message");
-        return Err(anyhow!("the check could not run ({}): {message}", trial.outcome));
-    }
+    let (trial, longer) = measure(&args, &subject, device, batch)?;
     let capacity = args
         .capacity
         .or(trial.device_total_bytes)
@@ -225,34 +237,35 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     // measured the memory outside PyTorch: none is counted then.
     let budget =
         budget_for(device, args.capacity, args.margin, &trial).unwrap_or_else(|| Budget::new(capacity, args.margin, 0));
-    let peak = FitBasis::for_device(device).peak(&trial);
+    let step_peak = FitBasis::for_device(device).peak(&trial);
+    // A rehearsal's phases and projections count when they top the steps'.
+    let longer: Vec<&RehearsalRecord> = longer.iter().collect();
+    let worst = trial.rehearsal.as_deref().and_then(|r| whole_job::worst(r, &longer, budget.budget_bytes));
+    let (peak, source) = match &worst {
+        Some(w) if Some(w.bytes()) > step_peak => (Some(w.bytes()), rehearsal::peak_source(w)),
+        _ => (step_peak, String::new()),
+    };
     let max_batch_from_fit = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
-    let ranks = match trial.world_size {
-        Some(w) => format!(" per rank x {w} ranks (global batch {})", trial.global_batch()),
-        None => String::new(),
-    };
-    let what = match (&subject, &subject.input()[..]) {
-        (Subject::Command(_), []) => format!("`{}` at batch {batch}{ranks} on {device}", subject.name()),
-        (Subject::Command(_), [t]) => format!("`{}` at batch {batch}{ranks}, length {t} on {device}", subject.name()),
-        (_, input) => format!("{} {} at batch {batch} on {device}", subject.name(), format_input(input)),
-    };
-    let Judgement { verdict, headroom_bytes: headroom, mut message } =
-        judge(&trial, &what, &budget, peak, max_batch_from_fit);
+    let what = describe(&subject, &trial, batch, device);
+    let Judgement { verdict, headroom_bytes: headroom, message } =
+        judge(&trial, &what, &budget, (peak, &source), max_batch_from_fit);
+    let first_steps = args.steps.filter(|_| matches!(subject, Subject::Command(_)));
+    let message = message + &details(&trial, longer.len(), first_steps);
     let exit_code = verdict.exit_code();
-    if let Some(b) = trial.peak_breakdown() {
-        message.push_str(&format!("\n{}", crate::report::why::one_line(b)));
-    }
-    if trial.step_mark == Some(StepMark::Backward) {
-        message.push_str(&format!("\nnote: {}", Note::BackwardSteps));
-    }
-    let peaks = trial.rank_peaks();
-    if !peaks.is_empty() {
-        let each: Vec<String> =
-            peaks.iter().map(|p| format!("rank {} {}", p.rank, human_bytes(p.judged_bytes() as f64))).collect();
-        let top = trial.peak_rank().map_or(String::new(), |r| format!(", the peak on rank {r}"));
-        message.push_str(&format!("\nper rank: {}{top}", each.join(", ")));
-    }
     if args.json {
+        let projection = match worst {
+            Some(Worst::Projected(p)) if Some(p.peak_bytes) == peak => Some(ProjectionJson {
+                phase: p.phase,
+                loader: p.loader,
+                growth_bytes_per_batch: p.growth_bytes_per_batch,
+                batches_run: p.batches_run,
+                length: p.length,
+                at_batch: p.at_batch,
+                peak_bytes: p.peak_bytes,
+                after_loop: p.after_loop,
+            }),
+            _ => None,
+        };
         let v = VerdictJson {
             verdict,
             exit_code,
@@ -268,6 +281,9 @@ pub fn run(args: CheckArgs) -> Result<i32> {
             headroom_bytes: headroom,
             headroom_fraction: headroom.map(|h| h as f64 / capacity as f64),
             max_batch_from_fit,
+            covered: rehearsal::covered(trial.rehearsal.as_deref(), args.steps),
+            phases: trial.rehearsal.as_deref().map(rehearsal::phases_json).unwrap_or_default(),
+            projection,
             message: message.lines().next().unwrap_or("").to_string(),
         };
         println!("{}", serde_json::to_string(&v)?);
@@ -275,4 +291,118 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         println!("{message}");
     }
     Ok(exit_code)
+}
+
+/// Runs the check's trial: a command's whole job rehearsed (unless
+/// `--steps` asks for its first steps only), a built-in model's steps.
+/// Where held memory grows with a loader's batches, the job is rehearsed
+/// again with that loader run twice as long (the records returned beside
+/// the trial); an out-of-memory error there is the verdict's trial.
+fn measure(
+    args: &CheckArgs,
+    subject: &Subject,
+    device: Device,
+    batch: u64,
+) -> Result<(TrialResult, Vec<RehearsalRecord>)> {
+    let rehearse = matches!(subject, Subject::Command(_)) && args.steps.is_none();
+    let spec =
+        RehearsalSpec { batches_per_loader: BATCHES_PER_LOADER, seconds: args.rehearsal_time as f64, longer: None };
+    // The trials' folders (spec, records, a command's output), kept only for this check.
+    // A fresh private folder, never a guessable name someone else made first.
+    let mut scratch = Some(private::scratch("vramprobe-check-", None).context("creating the check's scratch folder")?);
+    let trial = measure_one(args, subject, device, (1, batch), rehearse.then_some(spec), &mut scratch)?;
+    let mut longer = Vec::new();
+    let growing = trial.rehearsal.as_deref().map(whole_job::growing_loaders).unwrap_or_default();
+    for (n, loader) in (2..).zip(growing.into_iter().take(MAX_LONGER_REHEARSALS)) {
+        let batches = 2 * BATCHES_PER_LOADER;
+        let spec = RehearsalSpec { longer: Some(LongerLoader { loader, batches }), ..spec };
+        let mut again = measure_one(args, subject, device, (n, batch), Some(spec), &mut scratch)?;
+        if again.outcome == Outcome::Oom {
+            again.message = Some(format!(
+                "with data loader {loader} run for {batches} batches a pass, of its full length: {}",
+                again.message.as_deref().unwrap_or("")
+            ));
+            return Ok((again, Vec::new()));
+        }
+        longer.extend(again.rehearsal.map(|r| *r));
+    }
+    Ok((trial, longer))
+}
+
+/// At most this many loaders get a longer rehearsal (train, eval, test).
+const MAX_LONGER_REHEARSALS: usize = 3;
+
+/// One trial `n` of the check in `scratch`: fits or out of memory, else an
+/// error (and the scratch folder, with the command's output, is kept).
+fn measure_one(
+    args: &CheckArgs,
+    subject: &Subject,
+    device: Device,
+    (n, batch): (u32, u64),
+    rehearsal: Option<RehearsalSpec>,
+    scratch: &mut Option<tempfile::TempDir>,
+) -> Result<TrialResult> {
+    let folder = scratch.as_ref().map(|s| s.path().to_path_buf()).unwrap_or_default();
+    let how = super::TrialSettings {
+        device,
+        steps: args.steps.unwrap_or(3),
+        limit: device::capacity_limit(device, args.capacity)?,
+        timeout: Duration::from_secs(args.trial_timeout),
+        fresh_process: true,
+        rehearsal,
+    };
+    let mut runner = super::trial_runner(subject, how, folder)?;
+    let trial = runner.run(n, batch, args.breakdown.breakdown_on(), &mut |_| {})?;
+    // Ctrl-C or SIGTERM killed the check's trial: no verdict, exit 130/143.
+    crate::interrupt::check()?;
+    if !matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
+        // A failed trial's folder (a command's output) stays for the user to read.
+        let _ = scratch.take().map(tempfile::TempDir::keep);
+        let message = trial.message.as_deref().unwrap_or("no message");
+        return Err(anyhow!("the check could not run ({}): {message}", trial.outcome));
+    }
+    Ok(trial)
+}
+
+/// "`python train.py ...` at batch 64 on cpu", as the verdict names it.
+fn describe(subject: &Subject, trial: &TrialResult, batch: u64, device: Device) -> String {
+    let ranks = match trial.world_size {
+        Some(w) => format!(" per rank x {w} ranks (global batch {})", trial.global_batch()),
+        None => String::new(),
+    };
+    match (subject, &subject.input()[..]) {
+        (Subject::Command(_), []) => format!("`{}` at batch {batch}{ranks} on {device}", subject.name()),
+        (Subject::Command(_), [t]) => format!("`{}` at batch {batch}{ranks}, length {t} on {device}", subject.name()),
+        (_, input) => format!("{} {} at batch {batch} on {device}", subject.name(), format_input(input)),
+    }
+}
+
+/// The lines after the verdict: the breakdown, the phases and what the
+/// check covered, the step mark, each rank's peak.
+fn details(trial: &TrialResult, longer: usize, first_steps_of_command: Option<u32>) -> String {
+    let mut lines = Vec::new();
+    if let Some(b) = trial.peak_breakdown() {
+        lines.push(crate::report::why::one_line(b));
+    }
+    if let Some(r) = trial.rehearsal.as_deref() {
+        lines.push(rehearsal::phases_line(r));
+        lines.push(rehearsal::coverage_line(r, longer));
+    }
+    if let Some(n) = first_steps_of_command {
+        lines.push(format!(
+            "covered: the first {n} training steps only (--steps): evaluation, checkpoints and memory that grows \
+             over an epoch were not rehearsed (leave out --steps to rehearse the whole job)"
+        ));
+    }
+    if trial.step_mark == Some(StepMark::Backward) {
+        lines.push(format!("note: {}", Note::BackwardSteps));
+    }
+    let peaks = trial.rank_peaks();
+    if !peaks.is_empty() {
+        let each: Vec<String> =
+            peaks.iter().map(|p| format!("rank {} {}", p.rank, human_bytes(p.judged_bytes() as f64))).collect();
+        let top = trial.peak_rank().map_or(String::new(), |r| format!(", the peak on rank {r}"));
+        lines.push(format!("per rank: {}{top}", each.join(", ")));
+    }
+    lines.iter().map(|l| format!("\n{l}")).collect()
 }

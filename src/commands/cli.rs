@@ -267,9 +267,14 @@ pub struct CheckArgs {
     /// auto, cpu, cuda or cuda:N [default: the plan's, or auto].
     #[arg(long, value_parser = parse_device)]
     pub device: Option<DeviceRequest>,
-    /// Training steps to run.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
-    pub steps: u32,
+    /// Check only the first N training steps [default for a built-in model: 3]. Without it
+    /// your command's whole job is rehearsed: training, evaluation, checkpoints, every epoch's
+    /// start, each DataLoader cut to a few batches, and memory that grows projected to its end.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
+    pub steps: Option<u32>,
+    /// A command's rehearsal stops at the next pass over a DataLoader after this long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub rehearsal_time: u64,
     /// Emulate a device of this size (the CPU: a real limit; CUDA: the allocator's fraction).
     #[arg(long, allow_hyphen_values = true, value_parser = parse_bytes)]
     pub capacity: Option<u64>,

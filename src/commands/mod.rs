@@ -32,6 +32,7 @@ use crate::measure::preimport::TrialStart;
 use crate::measure::runner::BuiltInRunner;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::{CapacityLimit, Device};
+use crate::record::rehearsal::RehearsalSpec;
 use crate::record::subject::Subject;
 use crate::record::workload::{Mode, OptimizerKind, Precision, WorkloadConfig};
 
@@ -61,23 +62,28 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-/// What runs the trials of `subject` on `device`: a `vramprobe trial`
-/// child per batch for a built-in or TorchScript model, the user's command
-/// for a command; each trial's folder (spec, records, a command's output)
-/// in `trials_dir`. The sweep's and check's one way to measure.
-fn trial_runner(
-    subject: &Subject,
+/// How each trial runs, as the sweep or check asks.
+struct TrialSettings {
     device: Device,
     steps: u32,
     limit: CapacityLimit,
     timeout: Duration,
-    trials_dir: PathBuf,
+    /// A command: start each trial afresh, not forked from a pre-imported interpreter.
     fresh_process: bool,
-) -> Result<Box<dyn TrialRunner + Send>> {
+    /// A command: rehearse its whole job (check), not only `steps` steps.
+    rehearsal: Option<RehearsalSpec>,
+}
+
+/// What runs the trials of `subject`: a `vramprobe trial` child per batch
+/// for a built-in or TorchScript model, the user's command for a command;
+/// each trial's folder (spec, records, a command's output) in `trials_dir`.
+/// The sweep's and check's one way to measure.
+fn trial_runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> Result<Box<dyn TrialRunner + Send>> {
+    let TrialSettings { device, steps, limit, timeout, fresh_process, rehearsal } = how;
     Ok(match subject {
         #[cfg(not(feature = "builtin"))]
         Subject::BuiltIn(_) | Subject::TorchScript(_) => {
-            return Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into())
+            return Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into());
         }
         #[cfg(feature = "builtin")]
         Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
@@ -93,7 +99,7 @@ fn trial_runner(
             let runs = CommandRuns::new(c.command.clone(), c.placeholders(), trials_dir.clone())
                 .with_context(|| format!("preparing {} and vramprobe's Python hook", trials_dir.display()))?;
             let start = TrialStart::new(&c.command.for_batch(1), fresh_process);
-            Box::new(CommandRunner { runs, device, steps, limit, timeout, start })
+            Box::new(CommandRunner { runs, device, steps, limit, timeout, start, rehearsal })
         }
     })
 }

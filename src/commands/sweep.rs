@@ -103,7 +103,15 @@ fn trial_runner(
 ) -> Result<Box<dyn TrialRunner + Send>> {
     let limit = device::capacity_limit(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
-    super::trial_runner(subject, device, args.verify_steps, limit, timeout, dir.join("trials"), args.fresh_process)
+    let how = super::TrialSettings {
+        device,
+        steps: args.verify_steps,
+        limit,
+        timeout,
+        fresh_process: args.fresh_process,
+        rehearsal: None,
+    };
+    super::trial_runner(subject, how, dir.join("trials"))
 }
 
 /// A run's files (steps, sweep, plan, report, plots, page) into its folder.

@@ -16,13 +16,14 @@ use crate::record::subject::{Placeholders, UserCommand};
 use crate::record::trial::TrialSpec;
 
 /// The hook, embedded in the binary and written to the cache on first use.
-const HOOK_FILES: [(&str, &str); 6] = [
+const HOOK_FILES: [(&str, &str); 7] = [
     ("sitecustomize.py", include_str!("hook/sitecustomize.py")),
     ("vramprobe_hook.py", include_str!("hook/vramprobe_hook.py")),
     ("vramprobe_breakdown.py", include_str!("hook/vramprobe_breakdown.py")),
     ("vramprobe_cuda_ops.py", include_str!("hook/vramprobe_cuda_ops.py")),
     ("vramprobe_zygote.py", include_str!("hook/vramprobe_zygote.py")),
     ("vramprobe_fork.py", include_str!("hook/vramprobe_fork.py")),
+    ("vramprobe_rehearsal.py", include_str!("hook/vramprobe_rehearsal.py")),
 ];
 
 /// How long an earlier version's hook stays in the cache.
@@ -102,6 +103,8 @@ pub struct CommandRunner {
     pub timeout: std::time::Duration,
     /// A fresh process per trial, or forks of one pre-imported interpreter.
     pub start: TrialStart,
+    /// Rehearse the whole job in each trial (check), not only `steps` steps.
+    pub rehearsal: Option<crate::record::rehearsal::RehearsalSpec>,
 }
 
 impl crate::measure::runner::TrialRunner for CommandRunner {
@@ -119,6 +122,7 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
             breakdown,
             wrap_up_signal: Some(crate::measure::runner::wrap_up_signal()),
             trace: true,
+            rehearsal: self.rehearsal,
             ..TrialSpec::new(batch, self.steps, self.device, self.limit)
         };
         let kind = self.runs.trial(trial, spec, zygote).map_err(|e| {

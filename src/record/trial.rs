@@ -17,12 +17,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::breakdown::Breakdown;
 use crate::record::device::{CapacityLimit, Device, NvmlReading};
+use crate::record::rehearsal::{RehearsalRecord, RehearsalSpec};
 use crate::record::workload::WorkloadConfig;
 
 /// The version of the trial protocol (the spec and the records); bump it
 /// when either changes. The hook writes the same number
 /// (`PROTOCOL_VERSION` in vramprobe_hook.py; a test checks they agree).
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The trial's spec in its folder.
 pub const SPEC_FILE: &str = "spec.json";
@@ -60,6 +61,10 @@ pub struct TrialSpec {
     /// for the sweep's GPU curve ([`StepRecord::trace`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trace: bool,
+    /// A command's whole job, every phase, each loader cut short (check);
+    /// without it the trial stops after `steps` training steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rehearsal: Option<RehearsalSpec>,
 }
 
 impl TrialSpec {
@@ -74,6 +79,7 @@ impl TrialSpec {
             breakdown: false,
             wrap_up_signal: None,
             trace: false,
+            rehearsal: None,
         }
     }
 }
@@ -319,6 +325,9 @@ pub enum Message {
         step: u32,
         breakdown: Box<Breakdown>,
     },
+    /// Command mode, a rehearsal of the whole job: its phases and passes,
+    /// sent before `end`.
+    Rehearsal(Box<RehearsalRecord>),
     End {
         outcome: Outcome,
         message: Option<String>,
@@ -353,6 +362,9 @@ pub struct TrialResult {
     /// Command mode: what marked its training steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_mark: Option<StepMark>,
+    /// A rehearsal of the whole job (check); a distributed job's: the rank with the highest peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rehearsal: Option<Box<RehearsalRecord>>,
 }
 
 /// One rank's highest readings over a trial's steps.
@@ -391,6 +403,7 @@ impl TrialResult {
             log_file,
             world_size: None,
             step_mark: None,
+            rehearsal: None,
         }
     }
 

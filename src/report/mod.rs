@@ -2,7 +2,8 @@
 //! csv, json, plot, html: no file system there), and the few parts that
 //! meet the outside world on the reporting side: atomic writes and the run
 //! folder ([`output`]), reading plan.csv back ([`plan_file`]), `plan
-//! --explain`'s parts of device memory ([`device_memory`]), the
+//! --explain`'s parts of device memory ([`device_memory`]), check's words
+//! for a rehearsal of the whole job ([`rehearsal`]), the
 //! trainer's log and its plot ([`train_log`]), terminal progress
 //! ([`progress`]). Nothing here runs a trial.
 //!
@@ -17,6 +18,7 @@ pub mod output;
 pub mod plan_file;
 pub mod plot;
 pub mod progress;
+pub mod rehearsal;
 pub mod table;
 pub mod timeline;
 pub mod train_log;

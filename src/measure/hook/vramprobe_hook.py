@@ -75,12 +75,16 @@ _state = {
     "optimizer_made": False,
     # A backward pass ended and no step was marked since.
     "backward_pending": False,
+    # check's rehearsal of the whole job (vramprobe_rehearsal), when the spec asks.
+    "rehearsal": None,
+    # CUDA: the peaks (allocated, reserved) a rehearsal boundary read and reset within a step.
+    "cuda_carry": (0, 0),
 }
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 # The trial protocol's version: trial.rs's PROTOCOL_VERSION (a test checks they agree).
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 _SPEC = {}
 
@@ -181,8 +185,9 @@ class _TorchFinder:
 
 
 def _breakdown_on():
-    """The explain trial: break the peak down (torch's full memory profile)."""
-    return bool(_spec().get("breakdown", False))
+    """The explain trial: break the peak down (torch's full memory profile).
+    Never in a rehearsal, whose cheap profile must run from the start."""
+    return bool(_spec().get("breakdown", False)) and not _spec().get("rehearsal")
 
 
 def _device():
@@ -228,6 +233,7 @@ def _on_torch(torch):
     _answer_wrap_up()
     _watch_out_of_memory(torch)
     _watch_backward(torch)
+    _rehearse(torch)
     atexit.register(_at_exit)
     fraction = (_spec().get("limit") or {}).get("cuda_fraction")
     if fraction and _on_cuda() and torch.cuda.is_available():
@@ -248,6 +254,44 @@ def _on_torch(torch):
     _state["last"] = time.perf_counter()
     # The device now; the parameters once the first step shows the optimizer.
     _start(torch, None)
+
+
+def _rehearse(torch):
+    """check's rehearsal of the whole job: every phase, each loader cut short."""
+    spec = _spec().get("rehearsal")
+    if not spec:
+        return
+    import vramprobe_rehearsal
+
+    def stopped(reason):
+        _finish("fits", None, None)
+        _exit(0)
+
+    rehearsal = vramprobe_rehearsal.Rehearsal(torch, spec, stopped)
+    if _on_cuda():
+        rehearsal.read = _cuda_boundary_reading
+    vramprobe_rehearsal.install(torch, rehearsal)
+    _state["rehearsal"] = rehearsal
+
+
+def _cuda_boundary_reading():
+    """A rehearsal interval's CUDA reading (peak, held, peak reserved); the
+    peaks it resets carry on into the step that holds the boundary."""
+    torch = sys.modules["torch"]
+    i = _cuda_index()
+    peak, reserved = torch.cuda.max_memory_allocated(i), torch.cuda.max_memory_reserved(i)
+    carry = _state["cuda_carry"]
+    _state["cuda_carry"] = (max(carry[0], peak), max(carry[1], reserved))
+    held = torch.cuda.memory_allocated(i)
+    torch.cuda.reset_peak_memory_stats(i)
+    return (peak, held, reserved)
+
+
+def _cuda_peaks_since_reset(torch, i):
+    """CUDA's (allocated, reserved) peaks since the step's last reset,
+    rehearsal boundaries included; the carry starts again."""
+    carry, _state["cuda_carry"] = _state["cuda_carry"], (0, 0)
+    return max(carry[0], torch.cuda.max_memory_allocated(i)), max(carry[1], torch.cuda.max_memory_reserved(i))
 
 
 def _start_profiler(detailed):
@@ -391,7 +435,7 @@ def _before_optimizer():
             pass
     if _on_cuda():
         i = _cuda_index()
-        _state["before_optimizer"] = (torch.cuda.max_memory_allocated(i), torch.cuda.max_memory_reserved(i))
+        _state["before_optimizer"] = _cuda_peaks_since_reset(torch, i)
         torch.cuda.reset_peak_memory_stats(i)
 
 
@@ -409,6 +453,8 @@ def _watch_backward(torch):
         _backward_begins()
         result = original(*args, **kwargs)
         _state["backward_pending"] = True
+        if _state["rehearsal"] is not None:
+            _state["rehearsal"].note_backward()
         return result
 
     torch.autograd.backward = backward
@@ -466,6 +512,9 @@ def _mark(optimizer):
         return
     _state["backward_pending"] = False
     torch = sys.modules["torch"]
+    rehearsal = _state["rehearsal"]
+    if rehearsal is not None:
+        rehearsal.note_step()
     if not _state["started"]:
         _state["started"] = True
         _start(torch, optimizer)
@@ -487,7 +536,7 @@ def _mark(optimizer):
     if _on_cuda():
         seconds = _state["step_seconds"][-1]
         i = _cuda_index()
-        peak, peak_reserved = torch.cuda.max_memory_allocated(i), torch.cuda.max_memory_reserved(i)
+        peak, peak_reserved = _cuda_peaks_since_reset(torch, i)
         before, _state["before_optimizer"] = _state["before_optimizer"], None
         phases = None
         if before is not None:
@@ -514,7 +563,7 @@ def _mark(optimizer):
         # The step's record comes from the profiler at the end: say it ran now.
         _emit({"kind": "progress", "step": n, "step_seconds": _state["step_seconds"][-1]})
     _caught_oom(torch, n)
-    if n >= _steps():
+    if n >= _steps() and rehearsal is None:
         _finish("fits", None, None)
         _exit(0)
 
@@ -645,8 +694,13 @@ def _profile_records(prof):
     device = f"cuda:{_cuda_index()}" if _on_cuda() else "cpu"
     import vramprobe_breakdown
 
-    step_mark, optimizer_mark = "vramprobe_step_", "vramprobe_optimizer_"
-    events, marks = vramprobe_breakdown.allocation_events(prof, torch, device, (step_mark, optimizer_mark))
+    import vramprobe_rehearsal
+
+    step_mark, optimizer_mark, bound = "vramprobe_step_", "vramprobe_optimizer_", vramprobe_rehearsal.MARKER
+    events, marks = vramprobe_breakdown.allocation_events(prof, torch, device, (step_mark, optimizer_mark, bound))
+    rehearsal = _state["rehearsal"]
+    if rehearsal is not None and not _on_cuda():
+        _state["rehearsal_readings"] = vramprobe_rehearsal.cpu_readings(events, marks[bound], len(rehearsal.intervals))
     steps = _profiled_steps(events, marks[step_mark], marks[optimizer_mark])
     if not _on_cuda():
         batch = _batch()
@@ -684,8 +738,15 @@ def _finish(outcome, message, failed_step):
     if _state["done"]:
         return
     _state["done"] = True
+    rehearsal = _state["rehearsal"]
+    if rehearsal is not None:
+        rehearsal.boundary()  # the last interval, while the profiler still runs
     if _state["profiler"] is not None:
         _profile_records(_state["profiler"])
+    if rehearsal is not None:
+        readings = rehearsal.readings() if _on_cuda() else _state.get("rehearsal_readings")
+        if readings is not None:
+            _emit(rehearsal.record(readings))
     _end(outcome, message, failed_step)
 
 
@@ -812,6 +873,8 @@ def _at_exit():
             "(call vramprobe_hook.step() at the end of each step of a custom loop)",
             1,
         )
+    elif _state["rehearsal"] is not None:
+        _finish("fits", None, None)  # the whole job ran: what a rehearsal wants
     else:
         _finish("fits", f"the command ended after {n} of {_steps()} steps: those are measured", None)
 

@@ -451,6 +451,12 @@ impl Reading<'_> {
                     rec.breakdown = Some(breakdown);
                 }
             }
+            Message::Rehearsal(record) => {
+                let higher = self.result.rehearsal.as_ref().is_none_or(|r| record.peak_bytes() > r.peak_bytes());
+                if self.ranks.counts(source) && higher {
+                    self.result.rehearsal = Some(record);
+                }
+            }
             Message::End { outcome, message, failed_step } => {
                 self.ranks.end(source, Ended { outcome, message, failed_step })
             }
