@@ -242,7 +242,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let longer: Vec<&RehearsalRecord> = longer.iter().collect();
     let worst = trial.rehearsal.as_deref().and_then(|r| whole_job::worst(r, &longer, budget.budget_bytes));
     let (peak, source) = match &worst {
-        Some(w) if Some(w.bytes()) > step_peak => (Some(w.bytes()), rehearsal::peak_source(w)),
+        Some(w) if Some(w.bytes()) >= step_peak => (Some(w.bytes()), rehearsal::peak_source(w)),
         _ => (step_peak, String::new()),
     };
     let max_batch_from_fit = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
@@ -250,7 +250,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let Judgement { verdict, headroom_bytes: headroom, message } =
         judge(&trial, &what, &budget, (peak, &source), max_batch_from_fit);
     let first_steps = args.steps.filter(|_| matches!(subject, Subject::Command(_)));
-    let message = message + &details(&trial, longer.len(), first_steps);
+    let message = message + &details(&trial, (longer.len(), args.breakdown.breakdown_on()), first_steps);
     let exit_code = verdict.exit_code();
     if args.json {
         let projection = match worst {
@@ -379,7 +379,7 @@ fn describe(subject: &Subject, trial: &TrialResult, batch: u64, device: Device) 
 
 /// The lines after the verdict: the breakdown, the phases and what the
 /// check covered, the step mark, each rank's peak.
-fn details(trial: &TrialResult, longer: usize, first_steps_of_command: Option<u32>) -> String {
+fn details(trial: &TrialResult, (longer, breakdown): (usize, bool), first_steps_of_command: Option<u32>) -> String {
     let mut lines = Vec::new();
     if let Some(b) = trial.peak_breakdown() {
         lines.push(crate::report::why::one_line(b));
@@ -387,6 +387,9 @@ fn details(trial: &TrialResult, longer: usize, first_steps_of_command: Option<u3
     if let Some(r) = trial.rehearsal.as_deref() {
         lines.push(rehearsal::phases_line(r));
         lines.push(rehearsal::coverage_line(r, longer));
+        if breakdown {
+            lines.push("note: --breakdown breaks down a check of the first steps: add --steps 3".into());
+        }
     }
     if let Some(n) = first_steps_of_command {
         lines.push(format!(

@@ -67,6 +67,9 @@ pub enum RehearsalStop {
     TimeBudget,
     /// Training and every other phase seen so far had run twice.
     SeenTwice,
+    /// The job iterates no DataLoader: its loop cannot be cut short, so
+    /// the rehearsal ended after as many steps as two passes run.
+    NoLoader,
 }
 
 /// One pass over a DataLoader (one `for batch in loader`).

@@ -81,6 +81,11 @@ pub fn coverage_line(record: &RehearsalRecord, longer: usize) -> String {
         RehearsalStop::SeenTwice => "the job until training and every other phase had run twice: what it runs only \
              at its end (a final test, a last save) was not rehearsed"
             .to_string(),
+        RehearsalStop::NoLoader => format!(
+            "its first {} training steps: it iterates no DataLoader, so vramprobe cannot cut its loop short; its \
+             later steps, evaluation and checkpoints were not rehearsed",
+            2 * record.batches_per_loader
+        ),
     };
     format!("covered: {how}; {passes}; batches it never loaded (a longer one late in an epoch) are not covered")
 }
@@ -91,6 +96,7 @@ pub fn covered(record: Option<&RehearsalRecord>, first_steps: Option<u32>) -> St
         (Some(RehearsalStop::ScriptEnd), _) => "whole_job".into(),
         (Some(RehearsalStop::TimeBudget), _) => "until_time_budget".into(),
         (Some(RehearsalStop::SeenTwice), _) => "every_phase_twice".into(),
+        (Some(RehearsalStop::NoLoader), _) => "first_steps_no_loader".into(),
         (None, Some(n)) => format!("first_{n}_steps"),
         (None, None) => "training_steps".into(),
     }

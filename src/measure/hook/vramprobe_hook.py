@@ -563,7 +563,9 @@ def _mark(optimizer):
         # The step's record comes from the profiler at the end: say it ran now.
         _emit({"kind": "progress", "step": n, "step_seconds": _state["step_seconds"][-1]})
     _caught_oom(torch, n)
-    if n >= _steps() and rehearsal is None:
+    if rehearsal is not None:
+        rehearsal.after_step(n)
+    elif n >= _steps():
         _finish("fits", None, None)
         _exit(0)
 

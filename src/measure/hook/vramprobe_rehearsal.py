@@ -20,7 +20,8 @@ them as the rehearsal record (src/record/rehearsal.rs): each pass over a
 loader (which loader, in the order the job first iterates them; its len();
 the batches run), each interval (its phase, its pass, its peak, the bytes
 held at its end), and why the rehearsal stopped (the script ended, the time
-budget, or every phase seen twice). A second rehearsal may run one loader
+budget, every phase seen twice, or a loop with no DataLoader after as many
+steps as two passes run). A second rehearsal may run one loader
 longer (the spec's "longer"): what changes between the two is what grows
 with that loader's batches, which vramprobe projects to its full length.
 """
@@ -57,6 +58,15 @@ class Rehearsal:
 
     def note_step(self):
         self.current["stepped"] = True
+
+    def after_step(self, steps):
+        """After training step `steps`: a loop that iterates no DataLoader
+        cannot be cut short, so its rehearsal ends after as many steps as a
+        pass would run, twice; any loop ends at the time budget."""
+        if not self.passes and steps >= 2 * self.limit:
+            self._stop("no_loader")
+        elif self.elapsed() > self.seconds:
+            self._stop("time_budget")
 
     def boundary(self, in_pass=None, save=False, batch=None):
         """Closes the current interval: the next belongs to batch `batch` of
@@ -173,6 +183,8 @@ class _Bounded:
 
     def __next__(self):
         r, p = self._rehearsal, self._pass
+        if r.elapsed() > r.seconds:
+            r._stop("time_budget")
         if p["batches"] >= p["limit"]:
             r.end_pass(p, cut=p["length"] is None or p["length"] > p["batches"])
             raise StopIteration
