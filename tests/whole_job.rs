@@ -85,6 +85,21 @@ fn jobs_that_peak_after_their_first_steps_do_not_fit_between_the_two() {
 }
 
 #[test]
+fn the_largest_batches_are_found_before_the_rehearsal_and_said() {
+    let Some(python) = common::torch_python("the_largest_batches_are_found_before_the_rehearsal_and_said") else {
+        return;
+    };
+    let out = vramprobe()
+        .args(["check", "--device", "cpu", "--batch", BATCH, "--"])
+        .args(job(&python, "variable_lengths", &[]))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("loader 0's largest batches ran first (all 16 collated to find them)"), "{stdout}");
+}
+
+#[test]
 fn a_fixed_shape_job_keeps_its_verdict_and_names_every_phase() {
     let Some(python) = common::torch_python("a_fixed_shape_job_keeps_its_verdict_and_names_every_phase") else {
         return;

@@ -16,7 +16,7 @@ use crate::record::subject::{Placeholders, UserCommand};
 use crate::record::trial::TrialSpec;
 
 /// The hook, embedded in the binary and written to the cache on first use.
-const HOOK_FILES: [(&str, &str); 7] = [
+const HOOK_FILES: [(&str, &str); 8] = [
     ("sitecustomize.py", include_str!("hook/sitecustomize.py")),
     ("vramprobe_hook.py", include_str!("hook/vramprobe_hook.py")),
     ("vramprobe_breakdown.py", include_str!("hook/vramprobe_breakdown.py")),
@@ -24,6 +24,7 @@ const HOOK_FILES: [(&str, &str); 7] = [
     ("vramprobe_zygote.py", include_str!("hook/vramprobe_zygote.py")),
     ("vramprobe_fork.py", include_str!("hook/vramprobe_fork.py")),
     ("vramprobe_rehearsal.py", include_str!("hook/vramprobe_rehearsal.py")),
+    ("vramprobe_worst_batches.py", include_str!("hook/vramprobe_worst_batches.py")),
 ];
 
 /// How long an earlier version's hook stays in the cache.

@@ -86,6 +86,9 @@ pub struct LoaderPass {
     pub batches: u32,
     /// The rehearsal stopped the pass before the loader ran out.
     pub cut: bool,
+    /// Batches collated to find its largest, which the pass ran first
+    /// (None: the loader was not scanned: an iterable, or a pass run whole).
+    pub scanned: Option<u64>,
 }
 
 /// One stretch of the job: a batch of a pass, a save, or the work between.

@@ -87,7 +87,43 @@ pub fn coverage_line(record: &RehearsalRecord, longer: usize) -> String {
             2 * record.batches_per_loader
         ),
     };
-    format!("covered: {how}; {passes}; batches it never loaded (a longer one late in an epoch) are not covered")
+    format!("covered: {how}; {passes}; {}", scan_words(record))
+}
+
+/// Which batches the cut passes ran: each loader's largest, found by
+/// collating its batches first, or its first ones.
+fn scan_words(record: &RehearsalRecord) -> String {
+    let mut scanned = std::collections::BTreeMap::new();
+    let mut unscanned = 0;
+    for p in record.passes.iter().filter(|p| p.cut) {
+        match (p.scanned, p.length) {
+            (Some(n), length) => {
+                scanned.insert(p.loader, (n, length));
+            }
+            (None, _) => unscanned += 1,
+        }
+    }
+    let mut parts = Vec::new();
+    for (loader, (n, length)) in scanned {
+        parts.push(match length {
+            Some(l) if n >= l => format!("loader {loader}'s largest batches ran first (all {l} collated to find them)"),
+            Some(l) => format!(
+                "loader {loader}'s largest of {n} of its {l} batches ({:.0}%) ran first: the rest were not seen",
+                n as f64 / l as f64 * 100.0
+            ),
+            None => format!("loader {loader}'s largest of its first {n} batches ran first"),
+        });
+    }
+    if unscanned > 0 {
+        parts.push(format!(
+            "{unscanned} pass(es) over a loader that cannot be replayed (an iterable dataset) ran its first batches: \
+             a larger batch later in it is not covered"
+        ));
+    }
+    if parts.is_empty() {
+        return "every pass ran whole".into();
+    }
+    parts.join("; ")
 }
 
 /// What the rehearsal covered, for `--json`.

@@ -8,6 +8,9 @@ them. For speed every DataLoader the job iterates is cut to a few batches
 loop, but for any script); its len() stays what it was, so vramprobe can
 project memory that grows from batch to batch to the loop's real end.
 
+Where batch shapes vary, a pass runs the loader's largest batches first,
+found by collating its batches with no model (vramprobe_worst_batches.py).
+
 The job's time is cut into intervals at each batch a loader hands out, at
 the end of each pass over a loader, and around each torch.save. Each
 interval is one phase: "train" (a backward pass or an optimizer step ran
@@ -27,7 +30,14 @@ with that loader's batches, which vramprobe projects to its full length.
 """
 import time
 
+import vramprobe_worst_batches
+
 MARKER = "vramprobe_bound_"
+
+# The scan for a loader's largest batches takes at most this share of the
+# rehearsal's time budget, and at most SCAN_SECONDS.
+SCAN_SHARE = 0.25
+SCAN_SECONDS = 5.0
 
 
 class Rehearsal:
@@ -39,6 +49,8 @@ class Rehearsal:
         self.longer = (longer.get("loader"), int(longer.get("batches", self.limit)))
         # The loaders in the order the job first iterates them (kept, so their ids stay theirs).
         self.loaders = []
+        # loader -> (its largest batches' indices, largest first; batches scanned), or None.
+        self.scans = {}
         self.seconds = float(spec.get("seconds", 60.0))
         self.started = time.perf_counter()
         # Ends the trial: stop(reason) sends the records and exits.
@@ -97,8 +109,18 @@ class Rehearsal:
             self.loaders.append(loader)
         limit = self.longer[1] if self.longer[0] == ordinal else self.limit
         p = {"index": len(self.passes), "loader": ordinal, "limit": limit, "length": length, "batches": 0, "cut": False, "ended": False}
+        p["plan"], p["scanned"] = self._largest(loader, ordinal, limit) if length is None or length > limit else (None, None)
         self.passes.append(p)
         return p
+
+    def _largest(self, loader, ordinal, limit):
+        """The pass's batches, largest first, and how many were scanned to
+        find them; (None, None) for a loader that cannot be replayed."""
+        if ordinal not in self.scans:
+            keep = max(self.limit, self.longer[1])
+            self.scans[ordinal] = vramprobe_worst_batches.scan(loader, keep, min(SCAN_SECONDS, SCAN_SHARE * self.seconds))
+        found = self.scans[ordinal]
+        return (found[0][:limit], found[1]) if found else (None, None)
 
     def _seen_twice(self):
         kinds = [self._pass_phase(p["index"]) for p in self.passes if p["ended"]]
@@ -145,7 +167,14 @@ class Rehearsal:
             if r is not None
         ]
         passes = [
-            {"loader": p["loader"], "phase": self._pass_phase(p["index"]), "length": p["length"], "batches": p["batches"], "cut": p["cut"]}
+            {
+                "loader": p["loader"],
+                "phase": self._pass_phase(p["index"]),
+                "length": p["length"],
+                "batches": p["batches"],
+                "cut": p["cut"],
+                "scanned": p["scanned"],
+            }
             for p in self.passes
         ]
         return {
@@ -172,10 +201,11 @@ def _phase(iv):
 
 
 class _Bounded:
-    """A DataLoader's iterator cut to the rehearsal's batches per loader."""
+    """A DataLoader's iterator cut to the rehearsal's batches per loader:
+    its largest batches first where they were found, else its own first."""
 
-    def __init__(self, it, rehearsal, loader):
-        self._it, self._rehearsal = it, rehearsal
+    def __init__(self, make_iter, rehearsal, loader):
+        self._make_iter, self._it, self._rehearsal, self._loader = make_iter, None, rehearsal, loader
         self._pass = rehearsal.begin_pass(loader)
 
     def __iter__(self):
@@ -189,7 +219,7 @@ class _Bounded:
             r.end_pass(p, cut=p["length"] is None or p["length"] > p["batches"])
             raise StopIteration
         try:
-            batch = next(self._it)
+            batch = self._next_batch(p)
         except StopIteration:
             r.end_pass(p, cut=False)
             raise
@@ -197,10 +227,22 @@ class _Bounded:
         r.boundary(in_pass=p["index"], batch=p["batches"])
         return batch
 
+    def _next_batch(self, p):
+        plan = p["plan"]
+        if plan is not None:
+            if p["batches"] >= len(plan):
+                raise StopIteration
+            return vramprobe_worst_batches.collate(self._loader, plan[p["batches"]])
+        if self._it is None:
+            self._it = self._make_iter()
+        return next(self._it)
+
     def __len__(self):
-        return len(self._it)
+        return len(self._loader)
 
     def __getattr__(self, name):
+        if self._it is None:
+            self._it = self._make_iter()
         return getattr(self._it, name)
 
 
@@ -211,7 +253,7 @@ def install(torch, rehearsal):
     original_iter = loader.__iter__
 
     def bounded_iter(self):
-        return _Bounded(original_iter(self), rehearsal, self)
+        return _Bounded(lambda: original_iter(self), rehearsal, self)
 
     loader.__iter__ = bounded_iter
     torch.save = rehearsal.wrap_save(torch.save)
