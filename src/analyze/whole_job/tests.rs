@@ -41,6 +41,7 @@ impl Job {
                 length: Some(self.train_len),
                 batches: k0,
                 cut: true,
+                scanned: None,
             });
             for b in 1..=k0 {
                 let held = base + eval_alive + self.keep * u64::from(b);
@@ -56,6 +57,7 @@ impl Job {
                 length: Some(self.eval_len),
                 batches: k1,
                 cut: true,
+                scanned: None,
             });
             for b in 1..=k1 {
                 let held = base + self.logits * u64::from(b) + eval_alive;
