@@ -13,6 +13,8 @@ pub enum Note {
     /// The search's own account: a fallback, a cap, a batch that did not
     /// fit although a larger one did.
     Search { text: String },
+    /// Command mode: the max batch rehearsed over the whole job, and what that showed.
+    WholeJob { text: String },
     /// Where the run measured when the device asked for is not there.
     Device { text: String },
     /// A command measured on the CPU with `--capacity`: judged, not enforced.
@@ -52,7 +54,9 @@ pub enum Note {
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Note::Search { text } | Note::Device { text } | Note::TrialStart { text } => f.write_str(text),
+            Note::Search { text } | Note::Device { text } | Note::TrialStart { text } | Note::WholeJob { text } => {
+                f.write_str(text)
+            }
             Note::CapacityNotEnforced => f.write_str(
                 "on the CPU, --capacity is judged against each trial's exact tensor peak (the profiler's): \
                  it is not enforced inside your command",

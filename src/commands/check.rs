@@ -10,15 +10,16 @@ use serde::Serialize;
 use crate::analyze::analysis::{budget_for, FitBasis};
 use crate::analyze::fit::{Budget, Fit, LinearFit};
 use crate::analyze::note::Note;
-use crate::analyze::whole_job::{self, Worst};
+use crate::analyze::whole_job::Worst;
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
 use crate::measure::{device, private};
 use crate::record::device::{Device, DeviceRequest};
-use crate::record::rehearsal::{LongerLoader, Phase, RehearsalRecord, RehearsalSpec};
+use crate::record::rehearsal::{Phase, RehearsalRecord};
 use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
 use crate::record::trial::{Outcome, StepMark, TrialResult};
 use crate::report::{plan_file, rehearsal};
+use crate::sweep::whole_job;
 use crate::units::{format_input, human_bytes};
 
 pub const EXIT_WONT_FIT: i32 = 3;
@@ -216,11 +217,6 @@ fn judge(
     }
 }
 
-/// The batches a rehearsal takes from each pass over a DataLoader: the
-/// fourth shows whether held memory grows steadily (the first may make the
-/// optimizer's state once).
-const BATCHES_PER_LOADER: u32 = 4;
-
 pub fn run(args: CheckArgs) -> Result<i32> {
     let Target { subject, batch, plan_device, fit } = target(&args)?;
     let request = args.device.or(plan_device).unwrap_or(DeviceRequest::Auto);
@@ -240,7 +236,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let step_peak = FitBasis::for_device(device).peak(&trial);
     // A rehearsal's phases and projections count when they top the steps'.
     let longer: Vec<&RehearsalRecord> = longer.iter().collect();
-    let worst = trial.rehearsal.as_deref().and_then(|r| whole_job::worst(r, &longer, budget.budget_bytes));
+    let worst =
+        trial.rehearsal.as_deref().and_then(|r| crate::analyze::whole_job::worst(r, &longer, budget.budget_bytes));
     let (peak, source) = match &worst {
         Some(w) if Some(w.bytes()) >= step_peak => (Some(w.bytes()), rehearsal::peak_source(w)),
         _ => (step_peak, String::new()),
@@ -294,74 +291,43 @@ pub fn run(args: CheckArgs) -> Result<i32> {
 }
 
 /// Runs the check's trial: a command's whole job rehearsed (unless
-/// `--steps` asks for its first steps only), a built-in model's steps.
-/// Where held memory grows with a loader's batches, the job is rehearsed
-/// again with that loader run twice as long (the records returned beside
-/// the trial); an out-of-memory error there is the verdict's trial.
+/// `--steps` asks for its first steps only; sweep::whole_job), a built-in
+/// model's steps. Beside the trial: the records of the longer rehearsals.
 fn measure(
     args: &CheckArgs,
     subject: &Subject,
     device: Device,
     batch: u64,
 ) -> Result<(TrialResult, Vec<RehearsalRecord>)> {
-    let rehearse = matches!(subject, Subject::Command(_)) && args.steps.is_none();
-    let spec =
-        RehearsalSpec { batches_per_loader: BATCHES_PER_LOADER, seconds: args.rehearsal_time as f64, longer: None };
-    // The trials' folders (spec, records, a command's output), kept only for this check.
-    // A fresh private folder, never a guessable name someone else made first.
-    let mut scratch = Some(private::scratch("vramprobe-check-", None).context("creating the check's scratch folder")?);
-    let trial = measure_one(args, subject, device, (1, batch), rehearse.then_some(spec), &mut scratch)?;
-    let mut longer = Vec::new();
-    let growing = trial.rehearsal.as_deref().map(whole_job::growing_loaders).unwrap_or_default();
-    for (n, loader) in (2..).zip(growing.into_iter().take(MAX_LONGER_REHEARSALS)) {
-        let batches = 2 * BATCHES_PER_LOADER;
-        let spec = RehearsalSpec { longer: Some(LongerLoader { loader, batches }), ..spec };
-        let mut again = measure_one(args, subject, device, (n, batch), Some(spec), &mut scratch)?;
-        if again.outcome == Outcome::Oom {
-            again.message = Some(format!(
-                "with data loader {loader} run for {batches} batches a pass, of its full length: {}",
-                again.message.as_deref().unwrap_or("")
-            ));
-            return Ok((again, Vec::new()));
-        }
-        longer.extend(again.rehearsal.map(|r| *r));
-    }
-    Ok((trial, longer))
-}
-
-/// At most this many loaders get a longer rehearsal (train, eval, test).
-const MAX_LONGER_REHEARSALS: usize = 3;
-
-/// One trial `n` of the check in `scratch`: fits or out of memory, else an
-/// error (and the scratch folder, with the command's output, is kept).
-fn measure_one(
-    args: &CheckArgs,
-    subject: &Subject,
-    device: Device,
-    (n, batch): (u32, u64),
-    rehearsal: Option<RehearsalSpec>,
-    scratch: &mut Option<tempfile::TempDir>,
-) -> Result<TrialResult> {
-    let folder = scratch.as_ref().map(|s| s.path().to_path_buf()).unwrap_or_default();
     let how = super::TrialSettings {
         device,
         steps: args.steps.unwrap_or(3),
         limit: device::capacity_limit(device, args.capacity)?,
         timeout: Duration::from_secs(args.trial_timeout),
         fresh_process: true,
-        rehearsal,
     };
-    let mut runner = super::trial_runner(subject, how, folder)?;
-    let trial = runner.run(n, batch, args.breakdown.breakdown_on(), &mut |_| {})?;
+    // The trials' folders (spec, records, a command's output), kept only for this check.
+    // A fresh private folder, never a guessable name someone else made first.
+    let scratch = private::scratch("vramprobe-check-", None).context("creating the check's scratch folder")?;
+    let mut runner = super::trial_runner(subject, how, scratch.path().into())?;
+    let rehearsed = match args.steps {
+        None => whole_job::rehearse(runner.as_mut(), 1, batch, args.rehearsal_time as f64)?,
+        Some(_) => None,
+    };
+    let (trial, longer) = match rehearsed {
+        Some(r) => (r.trial, r.longer),
+        None => (runner.run(1, batch, args.breakdown.breakdown_on(), &mut |_| {})?, Vec::new()),
+    };
+    drop(runner);
     // Ctrl-C or SIGTERM killed the check's trial: no verdict, exit 130/143.
     crate::interrupt::check()?;
     if !matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
         // A failed trial's folder (a command's output) stays for the user to read.
-        let _ = scratch.take().map(tempfile::TempDir::keep);
+        let _ = scratch.keep();
         let message = trial.message.as_deref().unwrap_or("no message");
         return Err(anyhow!("the check could not run ({}): {message}", trial.outcome));
     }
-    Ok(trial)
+    Ok((trial, longer))
 }
 
 /// "`python train.py ...` at batch 64 on cpu", as the verdict names it.

@@ -32,7 +32,6 @@ use crate::measure::preimport::TrialStart;
 use crate::measure::runner::BuiltInRunner;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::{CapacityLimit, Device};
-use crate::record::rehearsal::RehearsalSpec;
 use crate::record::subject::Subject;
 use crate::record::workload::{Mode, OptimizerKind, Precision, WorkloadConfig};
 
@@ -70,8 +69,6 @@ struct TrialSettings {
     timeout: Duration,
     /// A command: start each trial afresh, not forked from a pre-imported interpreter.
     fresh_process: bool,
-    /// A command: rehearse its whole job (check), not only `steps` steps.
-    rehearsal: Option<RehearsalSpec>,
 }
 
 /// What runs the trials of `subject`: a `vramprobe trial` child per batch
@@ -79,7 +76,7 @@ struct TrialSettings {
 /// each trial's folder (spec, records, a command's output) in `trials_dir`.
 /// The sweep's and check's one way to measure.
 fn trial_runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> Result<Box<dyn TrialRunner + Send>> {
-    let TrialSettings { device, steps, limit, timeout, fresh_process, rehearsal } = how;
+    let TrialSettings { device, steps, limit, timeout, fresh_process } = how;
     Ok(match subject {
         #[cfg(not(feature = "builtin"))]
         Subject::BuiltIn(_) | Subject::TorchScript(_) => {
@@ -99,7 +96,7 @@ fn trial_runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> R
             let runs = CommandRuns::new(c.command.clone(), c.placeholders(), trials_dir.clone())
                 .with_context(|| format!("preparing {} and vramprobe's Python hook", trials_dir.display()))?;
             let start = TrialStart::new(&c.command.for_batch(1), fresh_process);
-            Box::new(CommandRunner { runs, device, steps, limit, timeout, start, rehearsal })
+            Box::new(CommandRunner { runs, device, steps, limit, timeout, start })
         }
     })
 }

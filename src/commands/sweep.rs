@@ -103,14 +103,8 @@ fn trial_runner(
 ) -> Result<Box<dyn TrialRunner + Send>> {
     let limit = device::capacity_limit(device, args.capacity)?;
     let timeout = Duration::from_secs(args.trial_timeout);
-    let how = super::TrialSettings {
-        device,
-        steps: args.verify_steps,
-        limit,
-        timeout,
-        fresh_process: args.fresh_process,
-        rehearsal: None,
-    };
+    let how =
+        super::TrialSettings { device, steps: args.verify_steps, limit, timeout, fresh_process: args.fresh_process };
     super::trial_runner(subject, how, dir.join("trials"))
 }
 
@@ -425,6 +419,11 @@ fn unsupported(r: &Report, a: &analysis::Analysis) -> Option<String> {
 fn does_not_fit(report: &Report, budget: crate::analyze::fit::Budget) -> anyhow::Error {
     if let Some(ignored) = report.notes.iter().find(|n| matches!(n, Note::BatchIgnored { .. })) {
         return anyhow!("{ignored}");
+    }
+    // The search's max held its first steps, but not the whole job.
+    let whole = report.notes.iter().rev().find(|n| matches!(n, Note::WholeJob { .. }));
+    if let Some(note) = whole.filter(|n| n.to_string().starts_with("no batch fits")) {
+        return anyhow!("{}: {note}", report.subject.name());
     }
     let (model, trials) = (report.subject.name(), &report.trials);
     let budget_text = format!(

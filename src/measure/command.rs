@@ -12,8 +12,9 @@ use crate::measure::preimport::{python_path, TrialStart, Zygote};
 use crate::measure::private;
 use crate::measure::runner::TrialKind;
 use crate::record::device::{CapacityLimit, Device};
+use crate::record::rehearsal::RehearsalSpec;
 use crate::record::subject::{Placeholders, UserCommand};
-use crate::record::trial::TrialSpec;
+use crate::record::trial::{StepRecord, TrialResult, TrialSpec};
 
 /// The hook, embedded in the binary and written to the cache on first use.
 const HOOK_FILES: [(&str, &str); 8] = [
@@ -104,8 +105,32 @@ pub struct CommandRunner {
     pub timeout: std::time::Duration,
     /// A fresh process per trial, or forks of one pre-imported interpreter.
     pub start: TrialStart,
-    /// Rehearse the whole job in each trial (check), not only `steps` steps.
-    pub rehearsal: Option<crate::record::rehearsal::RehearsalSpec>,
+}
+
+impl CommandRunner {
+    /// Trial `trial` of `spec`, in its folder, forked where it can be.
+    fn run_spec(
+        &mut self,
+        trial: u32,
+        spec: TrialSpec,
+        on_step: &mut dyn FnMut(&StepRecord),
+    ) -> anyhow::Result<TrialResult> {
+        let python = self.runs.command.for_batch(spec.batch).first().cloned().unwrap_or_default();
+        let log = self.runs.trials_dir.join("preimport.log");
+        let zygote = self.start.zygote(&python, &self.runs.hook_dir, &log);
+        let kind = self.runs.trial(trial, spec, zygote).map_err(|e| {
+            anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())
+        })?;
+        Ok(crate::measure::runner::run(&kind, trial, self.timeout, on_step))
+    }
+
+    fn spec(&self, batch: u64) -> TrialSpec {
+        TrialSpec {
+            wrap_up_signal: Some(crate::measure::runner::wrap_up_signal()),
+            trace: true,
+            ..TrialSpec::new(batch, self.steps, self.device, self.limit)
+        }
+    }
 }
 
 impl crate::measure::runner::TrialRunner for CommandRunner {
@@ -114,22 +139,15 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         trial: u32,
         batch: u64,
         breakdown: bool,
-        on_step: &mut dyn FnMut(&crate::record::trial::StepRecord),
-    ) -> anyhow::Result<crate::record::trial::TrialResult> {
-        let python = self.runs.command.for_batch(batch).first().cloned().unwrap_or_default();
-        let log = self.runs.trials_dir.join("preimport.log");
-        let zygote = self.start.zygote(&python, &self.runs.hook_dir, &log);
-        let spec = TrialSpec {
-            breakdown,
-            wrap_up_signal: Some(crate::measure::runner::wrap_up_signal()),
-            trace: true,
-            rehearsal: self.rehearsal,
-            ..TrialSpec::new(batch, self.steps, self.device, self.limit)
-        };
-        let kind = self.runs.trial(trial, spec, zygote).map_err(|e| {
-            anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())
-        })?;
-        Ok(crate::measure::runner::run(&kind, trial, self.timeout, on_step))
+        on_step: &mut dyn FnMut(&StepRecord),
+    ) -> anyhow::Result<TrialResult> {
+        let spec = TrialSpec { breakdown, ..self.spec(batch) };
+        self.run_spec(trial, spec, on_step)
+    }
+
+    fn rehearse(&mut self, trial: u32, batch: u64, rehearsal: RehearsalSpec) -> anyhow::Result<Option<TrialResult>> {
+        let spec = TrialSpec { rehearsal: Some(rehearsal), ..self.spec(batch) };
+        self.run_spec(trial, spec, &mut |_| {}).map(Some)
     }
 
     fn how_trials_start(&self) -> Option<String> {

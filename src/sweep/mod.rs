@@ -11,6 +11,7 @@ mod device_curve;
 #[cfg(test)]
 mod tests;
 pub mod variants;
+pub mod whole_job;
 
 use anyhow::Result;
 
@@ -21,12 +22,15 @@ use crate::analyze::run::{Report, RunStatus, REPORT_SCHEMA_VERSION};
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
+use crate::analyze::whole_job::Worst;
 use crate::analyze::why::{self, Why};
 use crate::measure::environment;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
+use crate::record::rehearsal::RehearsalRecord;
 use crate::record::subject::Subject;
 use crate::record::trial::{Outcome, StepMark, StepRecord, StepTrace, TrialResult};
+use crate::units::human_bytes;
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
 /// unless `--max-batch` says otherwise, and the fit predicts beyond it.
@@ -315,6 +319,148 @@ impl Sweep<'_> {
     }
 }
 
+/// How long the sweep's rehearsal of its max may take (check's default).
+const REHEARSAL_SECONDS: f64 = 60.0;
+
+/// At most this many rehearsals bring a max down to what the whole job holds.
+const MAX_REHEARSALS: usize = 3;
+
+/// The rehearsals' trial numbers (and folders, trials/901-batch-B/...):
+/// apart from the search's, which they do not join (their steps run the
+/// largest batches, and every phase).
+const REHEARSAL_TRIALS_FROM: u32 = 901;
+
+impl Sweep<'_> {
+    /// Command mode: the max batch rehearsed over the whole job
+    /// (whole_job), as `check` does. Where the job's peak (a later phase's,
+    /// or memory that grows with its data) passes the budget, the max comes
+    /// down: the search's line gives the training step's peak, and what the
+    /// job adds beyond it is taken to grow in proportion to the batch; the
+    /// lower batch is rehearsed in turn.
+    fn rehearse_max(&mut self, result: &mut SearchResult) -> Result<()> {
+        let (Some(budget), false, Subject::Command(_)) = (self.budget, self.margin_off, &self.cfg.subject) else {
+            return Ok(());
+        };
+        let basis = FitBasis::for_device(self.cfg.device);
+        let mut first = REHEARSAL_TRIALS_FROM;
+        let mut batch = analysis::round_down(result.max_batch, self.cfg.multiple_of);
+        let mut seen: Vec<(u64, u64)> = Vec::new();
+        for _ in 0..MAX_REHEARSALS {
+            self.stop_if_interrupted()?;
+            if batch == 0 {
+                return Ok(());
+            }
+            let Some(r) = whole_job::rehearse(self.runner, first, batch, REHEARSAL_SECONDS)? else { return Ok(()) };
+            first += r.trials;
+            let Some((peak, what)) = self.whole_job_peak(&r, budget, basis) else {
+                let why = r.trial.message.as_deref().unwrap_or("no message");
+                let text =
+                    format!("the whole job at batch {batch} could not be rehearsed ({}: {why})", r.trial.outcome);
+                self.report.notes.push(Note::WholeJob { text });
+                result.exact = false;
+                return Ok(());
+            };
+            if budget.fit(peak) == Fit::Fits {
+                let text = format!(
+                    "the whole job rehearsed at batch {batch} (every phase, each data loader cut short, memory \
+                     that grows projected to its end): its peak {} ({what}) fits",
+                    human_bytes(peak as f64)
+                );
+                self.report.notes.push(Note::WholeJob { text });
+                result.max_batch = batch;
+                // The batch recommended has run its first steps too, as every recommendation has.
+                if !self.report.trials.iter().any(|t| t.batch == batch && t.outcome == Outcome::Fits) {
+                    self.run_trial(batch, self.breakdown_is_free())?;
+                }
+                return Ok(());
+            }
+            if peak != u64::MAX {
+                seen.push((batch, peak));
+            }
+            let lower = self.whole_job_max(batch, peak, &seen, budget, basis);
+            let text = if lower == 0 {
+                let shown: Vec<String> =
+                    seen.iter().map(|(b, p)| format!("{} at batch {b}", human_bytes(*p as f64))).collect();
+                format!(
+                    "no batch fits the whole job: its peak ({what}) does not come down with the batch enough ({}); \
+                     keep less of what the job holds across a pass (move kept outputs to the CPU, compute a \
+                     metric as the loop goes; a Hugging Face Trainer: eval_accumulation_steps)",
+                    shown.join(", ")
+                )
+            } else {
+                format!(
+                    "the whole job at batch {batch} peaks at {} ({what}), over the budget: the max comes down to {lower}",
+                    human_bytes(peak as f64)
+                )
+            };
+            self.report.notes.push(Note::WholeJob { text });
+            result.max_batch = lower;
+            result.exact = false;
+            result.capped = false;
+            batch = analysis::round_down(lower, self.cfg.multiple_of);
+        }
+        if batch > 0 {
+            let text = format!("batch {batch}'s whole job was not rehearsed: `vramprobe check` it before a long run");
+            self.report.notes.push(Note::WholeJob { text });
+        }
+        Ok(())
+    }
+
+    /// A rehearsal's judged peak and what reached it; None when it could
+    /// not run; out of memory reads as over any budget.
+    fn whole_job_peak(&self, r: &whole_job::Rehearsed, budget: Budget, basis: FitBasis) -> Option<(u64, String)> {
+        match (r.trial.outcome, r.trial.rehearsal.as_deref()) {
+            (Outcome::Oom, _) => Some((u64::MAX, "out of memory".into())),
+            (Outcome::Fits, Some(record)) => {
+                let longer: Vec<&RehearsalRecord> = r.longer.iter().collect();
+                let worst = crate::analyze::whole_job::worst(record, &longer, budget.budget_bytes)?;
+                let steps = basis.peak(&r.trial).unwrap_or(0);
+                let what = match &worst {
+                    Worst::Measured(phase, _) => format!("in its {} phase", phase.name()),
+                    Worst::Projected(p) => format!(
+                        "projected: memory that grows with data loader {}'s batches, at batch {} of its {}",
+                        p.loader,
+                        p.at_batch,
+                        p.length.map_or("unknown length".into(), |l| l.to_string())
+                    ),
+                };
+                Some((worst.bytes().max(steps), what))
+            }
+            _ => None,
+        }
+    }
+
+    /// The largest batch under `batch` whose whole job fits. From two
+    /// rehearsals that fitted nothing (`seen`), their line; from one, the
+    /// search's line of the training step plus the excess the rehearsal
+    /// showed, taken to grow in proportion to the batch. 0: the job's peak
+    /// does not come down enough with the batch.
+    fn whole_job_max(&self, batch: u64, peak: u64, seen: &[(u64, u64)], budget: Budget, basis: FitBasis) -> u64 {
+        use crate::analyze::fit::LinearFit;
+        let within = |line: LinearFit| line.max_batch_within(budget.budget_bytes).unwrap_or(0);
+        let lower = if seen.len() >= 2 {
+            LinearFit::fit(&seen[seen.len() - 2..]).map_or(0, within)
+        } else {
+            let points: Vec<(u64, u64)> = self
+                .report
+                .trials
+                .iter()
+                .filter(|t| t.outcome == Outcome::Fits)
+                .filter_map(|t| Some((t.batch, basis.peak(t)?)))
+                .collect();
+            match LinearFit::fit(&points) {
+                Ok(line) if peak != u64::MAX => {
+                    let step = line.fixed_bytes + line.per_sample_bytes * batch as f64;
+                    let excess = (peak as f64 - step).max(0.0) / batch as f64;
+                    within(LinearFit { per_sample_bytes: line.per_sample_bytes + excess, ..line })
+                }
+                _ => batch / 2,
+            }
+        };
+        lower.min(batch - 1)
+    }
+}
+
 /// The sweep as the search sees it: every probe is a real trial.
 impl search::Oracle for Sweep<'_> {
     type Error = anyhow::Error;
@@ -373,6 +519,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
     sweep.search_capacity(&result)?;
     sweep.verify_recommended(&mut result)?;
     sweep.explain_max(&mut result)?;
+    sweep.rehearse_max(&mut result)?;
     sweep.note_alloc_retries(result.max_batch);
 
     let mut report = sweep.report;

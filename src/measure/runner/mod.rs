@@ -98,6 +98,18 @@ pub trait TrialRunner {
     fn how_trials_start(&self) -> Option<String> {
         None
     }
+
+    /// Runs trial number `trial` at `batch` as a rehearsal of the whole
+    /// job (`spec`); `None`: the subject has no job beyond its training
+    /// steps to rehearse (a built-in model).
+    fn rehearse(
+        &mut self,
+        _trial: u32,
+        _batch: u64,
+        _spec: crate::record::rehearsal::RehearsalSpec,
+    ) -> anyhow::Result<Option<TrialResult>> {
+        Ok(None)
+    }
 }
 
 /// A built-in workload's (or a TorchScript file's) trials, each a
