@@ -36,12 +36,8 @@ fn check(command: &[String], options: &[&str]) -> (i32, Value) {
 
 /// The whole run's peak at BATCH, by torch's profiler over the run.
 fn whole_run_peak(command: &[String]) -> u64 {
-    let args: Vec<String> = command[1..].iter().map(|a| a.replace("{batch}", BATCH)).collect();
-    let out = std::process::Command::new(&command[0]).arg(WHOLE_RUN).args(&args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let line = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(line.lines().last().unwrap()).unwrap();
-    v["peak_bytes"].as_u64().unwrap()
+    let command: Vec<String> = command.iter().map(|a| a.replace("{batch}", BATCH)).collect();
+    whole_run_peak_at(&command)
 }
 
 fn peak(verdict: &Value) -> u64 {
@@ -144,4 +140,59 @@ fn a_long_job_is_rehearsed_until_every_phase_ran_twice_or_the_time_budget() {
     assert_eq!(code, 0, "{verdict}");
     assert_eq!(verdict["covered"], "first_steps_no_loader", "{verdict}");
     assert_eq!(verdict["steps"], 8, "{verdict}");
+}
+
+/// A sweep of `command` at `capacity` (margin 0): its exit code, stderr and plan row's max.
+fn sweep(command: &[String], capacity: u64, out: &std::path::Path) -> (i32, String, Option<u64>) {
+    let run = vramprobe()
+        .args(["sweep", "--device", "cpu", "--quiet", "--margin", "0", "--max-batch", "64", "--breakdown", "off"])
+        .args(["--capacity", &capacity.to_string(), "--out"])
+        .arg(out)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    let plan = std::fs::read_to_string(out.join("plan.csv")).unwrap_or_default();
+    let max = csv::Reader::from_reader(plan.as_bytes())
+        .deserialize::<vramprobe::report::csv::PlanRow>()
+        .next()
+        .and_then(|r| r.ok())
+        .map(|r| r.max_batch);
+    (run.status.code().unwrap(), String::from_utf8_lossy(&run.stderr).into_owned(), max)
+}
+
+#[test]
+fn the_sweeps_max_holds_over_the_whole_job_or_none_is_given() {
+    let Some(python) = common::torch_python("the_sweeps_max_holds_over_the_whole_job_or_none_is_given") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The longest sequences late in the epoch: a capacity that the first
+    // steps at 64 hold many times over, but not 64's whole run.
+    let lengths = job(&python, "variable_lengths", &[]);
+    let at = |batch: u64| {
+        let command: Vec<String> = lengths.iter().map(|a| a.replace("{batch}", &batch.to_string())).collect();
+        whole_run_peak_at(&command)
+    };
+    let capacity = at(16) + at(16) / 50;
+    let (code, stderr, max) = sweep(&lengths, capacity, &dir.path().join("lengths"));
+    assert_eq!(code, 0, "{stderr}");
+    let max = max.unwrap();
+    assert!(max >= 1 && at(max) <= capacity, "batch {max}'s whole run ({}) within {capacity}", at(max));
+    // Every epoch's outputs kept for a metric: the whole job's peak does
+    // not come down with the batch, and under it no batch fits.
+    let keep = job(&python, "keep_outputs", &[]);
+    let capacity = whole_run_peak(&keep) * 3 / 4;
+    let (code, stderr, _) = sweep(&keep, capacity, &dir.path().join("keep"));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no batch fits the whole job") && stderr.contains("memory that grows"), "{stderr}");
+}
+
+/// The whole run's peak of a command with its batch filled in.
+fn whole_run_peak_at(command: &[String]) -> u64 {
+    let out = std::process::Command::new(&command[0]).arg(WHOLE_RUN).args(&command[1..]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(line.lines().last().unwrap()).unwrap();
+    v["peak_bytes"].as_u64().unwrap()
 }
