@@ -161,8 +161,12 @@ class Rehearsal:
         held at its end, peak reserved or None), in order (the hook closes
         the last interval first, while its profiler still runs); an
         interval without a reading (before the profiler ran) is left out."""
+        # A batch's interval is of its pass's phase: a loader that fetches a
+        # batch ahead (accelerate's) leaves an interval with no backward pass
+        # between two fetches of a training pass.
+        phase = lambda iv: self._pass_phase(iv["pass"]) if iv["pass"] is not None and not iv["save"] else _phase(iv)
         intervals = [
-            {"phase": _phase(iv), "pass": iv["pass"], "batch": iv["batch"], "peak_allocated_bytes": r[0], "held_bytes": r[1], "peak_reserved_bytes": r[2]}
+            {"phase": phase(iv), "pass": iv["pass"], "batch": iv["batch"], "peak_allocated_bytes": r[0], "held_bytes": r[1], "peak_reserved_bytes": r[2]}
             for iv, r in zip(self.intervals, readings)
             if r is not None
         ]
