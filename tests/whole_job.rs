@@ -196,3 +196,14 @@ fn whole_run_peak_at(command: &[String]) -> u64 {
     let v: Value = serde_json::from_str(line.lines().last().unwrap()).unwrap();
     v["peak_bytes"].as_u64().unwrap()
 }
+
+#[test]
+fn the_rehearsals_bookkeeping_holds_on_hand_made_loaders() {
+    // Plain Python, no torch: the machine's python3.
+    let unit = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/test_rehearsal.py"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&unit.stderr);
+    assert!(unit.status.success() && stderr.contains("Ran 10 tests"), "{stderr}");
+}
