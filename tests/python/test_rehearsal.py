@@ -139,6 +139,15 @@ class Phases(unittest.TestCase):
             run_pass(r, Loader([5] * 100, 10), train=True)
         self.assertEqual(stops, ["time_budget"])
 
+    def test_a_distributed_jobs_ranks_never_stop_by_their_own_clock(self):
+        os.environ["WORLD_SIZE"] = "2"
+        try:
+            r, stops = make(seconds=0.0)
+        finally:
+            del os.environ["WORLD_SIZE"]
+        run_pass(r, Loader([5] * 100, 10), train=True)
+        self.assertEqual((stops, r.passes[0]["batches"]), ([], 4))
+
 
 class LargestBatches(unittest.TestCase):
     def test_the_largest_batches_run_first_the_very_largest_second(self):

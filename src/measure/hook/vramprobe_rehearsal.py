@@ -28,6 +28,7 @@ steps as two passes run). A second rehearsal may run one loader
 longer (the spec's "longer"): what changes between the two is what grows
 with that loader's batches, which vramprobe projects to its full length.
 """
+import os
 import time
 
 import vramprobe_worst_batches
@@ -53,6 +54,10 @@ class Rehearsal:
         self.scans = {}
         self.seconds = float(spec.get("seconds", 60.0))
         self.started = time.perf_counter()
+        # The ranks of a distributed job stop where the job's structure says
+        # (every phase twice, no loader), never by each rank's own clock: a
+        # rank that stopped alone would leave the others waiting in a collective.
+        self.timed = int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1
         # Ends the trial: stop(reason) sends the records and exits.
         self.stop = stop
         self.intervals = []
@@ -64,6 +69,9 @@ class Rehearsal:
 
     def elapsed(self):
         return time.perf_counter() - self.started
+
+    def out_of_time(self):
+        return self.timed and self.elapsed() > self.seconds
 
     def note_backward(self):
         self.current["backward"] = True
@@ -77,7 +85,7 @@ class Rehearsal:
         pass would run, twice; any loop ends at the time budget."""
         if not self.passes and steps >= 2 * self.limit:
             self._stop("no_loader")
-        elif self.elapsed() > self.seconds:
+        elif self.out_of_time():
             self._stop("time_budget")
 
     def boundary(self, in_pass=None, save=False, batch=None):
@@ -95,7 +103,7 @@ class Rehearsal:
     def begin_pass(self, loader):
         """A new pass over `loader`: stops the rehearsal first when the time
         budget is spent or every phase has been seen twice."""
-        if self.elapsed() > self.seconds:
+        if self.out_of_time():
             self._stop("time_budget")
         elif self._seen_twice():
             self._stop("seen_twice")
@@ -217,7 +225,7 @@ class _Bounded:
 
     def __next__(self):
         r, p = self._rehearsal, self._pass
-        if r.elapsed() > r.seconds:
+        if r.out_of_time():
             r._stop("time_budget")
         if p["batches"] >= p["limit"]:
             r.end_pass(p, cut=p["length"] is None or p["length"] > p["batches"])
@@ -232,10 +240,10 @@ class _Bounded:
         return batch
 
     def _next_batch(self, p):
-        plan = p["plan"]
-        if plan is not None:
-            if p["batches"] >= len(plan):
-                raise StopIteration
+        # The largest batches first; past them (a scan the time budget cut
+        # short found fewer), the loader's own.
+        plan = p["plan"] or []
+        if p["batches"] < len(plan):
             return vramprobe_worst_batches.collate(self._loader, plan[p["batches"]])
         if self._it is None:
             self._it = self._make_iter()
