@@ -57,6 +57,14 @@ impl Sink for Lines {
         self.show("starting the child");
     }
 
+    fn rehearsing(&mut self, batch: u64) {
+        self.batch = batch;
+        self.status.line(&format!(
+            "rehearsing the whole job at batch {batch}: every phase, each data loader cut short (`vramprobe check`'s rule)"
+        ));
+        self.show("rehearsing the whole job");
+    }
+
     fn step_done(&mut self, step: &StepRecord) {
         // A CPU command's step is seen as it runs; its peak comes at the trial's end.
         if step.peak_allocated_bytes > 0 {

@@ -92,6 +92,8 @@ impl SweepConfig {
 /// decides; the sink shows progress and keeps the run's files.
 pub trait Sink {
     fn trial_started(&mut self, trial: u32, batch: u64);
+    /// The whole job is about to be rehearsed at `batch` (command mode's max).
+    fn rehearsing(&mut self, _batch: u64) {}
     fn step_done(&mut self, step: &StepRecord);
     /// A finished trial, with where its peak fell against the budget (when
     /// it ran its steps and the budget is known).
@@ -350,6 +352,7 @@ impl Sweep<'_> {
             if batch == 0 {
                 return Ok(());
             }
+            self.sink.rehearsing(batch);
             let Some(r) = whole_job::rehearse(self.runner, first, batch, REHEARSAL_SECONDS)? else { return Ok(()) };
             first += r.trials;
             let Some((peak, what)) = self.whole_job_peak(&r, budget, basis) else {
