@@ -15,6 +15,8 @@ pub enum Note {
     Search { text: String },
     /// Command mode: the max batch rehearsed over the whole job, and what that showed.
     WholeJob { text: String },
+    /// Command mode: no batch fits the whole job (its peak does not come down with the batch).
+    NoBatchFitsWholeJob { text: String },
     /// Where the run measured when the device asked for is not there.
     Device { text: String },
     /// A command measured on the CPU with `--capacity`: judged, not enforced.
@@ -54,9 +56,11 @@ pub enum Note {
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Note::Search { text } | Note::Device { text } | Note::TrialStart { text } | Note::WholeJob { text } => {
-                f.write_str(text)
-            }
+            Note::Search { text }
+            | Note::Device { text }
+            | Note::TrialStart { text }
+            | Note::WholeJob { text }
+            | Note::NoBatchFitsWholeJob { text } => f.write_str(text),
             Note::CapacityNotEnforced => f.write_str(
                 "on the CPU, --capacity is judged against each trial's exact tensor peak (the profiler's): \
                  it is not enforced inside your command",

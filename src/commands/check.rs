@@ -15,7 +15,7 @@ use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
 use crate::measure::{device, private};
 use crate::record::device::{Device, DeviceRequest};
-use crate::record::rehearsal::{Phase, RehearsalRecord};
+use crate::record::rehearsal::Phase;
 use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
 use crate::record::trial::{Outcome, StepMark, TrialResult};
 use crate::report::{plan_file, rehearsal};
@@ -224,7 +224,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     if let (Some(n), false) = (&note, args.quiet || args.json) {
         eprintln!("note: {n}");
     }
-    let (trial, longer) = measure(&args, &subject, device, batch)?;
+    let rehearsed = measure(&args, &subject, device, batch)?;
+    let trial = &rehearsed.trial;
     let capacity = args
         .capacity
         .or(trial.device_total_bytes)
@@ -232,22 +233,20 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     // The sweep's rule; a trial that ran out before its first step has not
     // measured the memory outside PyTorch: none is counted then.
     let budget =
-        budget_for(device, args.capacity, args.margin, &trial).unwrap_or_else(|| Budget::new(capacity, args.margin, 0));
-    let step_peak = FitBasis::for_device(device).peak(&trial);
+        budget_for(device, args.capacity, args.margin, trial).unwrap_or_else(|| Budget::new(capacity, args.margin, 0));
+    let step_peak = FitBasis::for_device(device).peak(trial);
     // A rehearsal's phases and projections count when they top the steps'.
-    let longer: Vec<&RehearsalRecord> = longer.iter().collect();
-    let worst =
-        trial.rehearsal.as_deref().and_then(|r| crate::analyze::whole_job::worst(r, &longer, budget.budget_bytes));
+    let worst = rehearsed.worst(budget.budget_bytes);
     let (peak, source) = match &worst {
         Some(w) if Some(w.bytes()) >= step_peak => (Some(w.bytes()), rehearsal::peak_source(w)),
         _ => (step_peak, String::new()),
     };
     let max_batch_from_fit = fit.and_then(|f| f.max_batch_within(budget.budget_bytes));
-    let what = describe(&subject, &trial, batch, device);
+    let what = describe(&subject, trial, batch, device);
     let Judgement { verdict, headroom_bytes: headroom, message } =
-        judge(&trial, &what, &budget, (peak, &source), max_batch_from_fit);
+        judge(trial, &what, &budget, (peak, &source), max_batch_from_fit);
     let first_steps = args.steps.filter(|_| matches!(subject, Subject::Command(_)));
-    let message = message + &details(&trial, (longer.len(), args.breakdown.breakdown_on()), first_steps);
+    let message = message + &details(trial, (rehearsed.longer.len(), args.breakdown.breakdown_on()), first_steps);
     let exit_code = verdict.exit_code();
     if args.json {
         let projection = match worst {
@@ -292,13 +291,8 @@ pub fn run(args: CheckArgs) -> Result<i32> {
 
 /// Runs the check's trial: a command's whole job rehearsed (unless
 /// `--steps` asks for its first steps only; sweep::whole_job), a built-in
-/// model's steps. Beside the trial: the records of the longer rehearsals.
-fn measure(
-    args: &CheckArgs,
-    subject: &Subject,
-    device: Device,
-    batch: u64,
-) -> Result<(TrialResult, Vec<RehearsalRecord>)> {
+/// model's steps (then with no longer rehearsals beside it).
+fn measure(args: &CheckArgs, subject: &Subject, device: Device, batch: u64) -> Result<whole_job::Rehearsed> {
     let how = super::TrialSettings {
         device,
         steps: args.steps.unwrap_or(3),
@@ -314,11 +308,15 @@ fn measure(
         None => whole_job::rehearse(runner.as_mut(), 1, batch, args.rehearsal_time as f64)?,
         Some(_) => None,
     };
-    let (trial, longer) = match rehearsed {
-        Some(r) => (r.trial, r.longer),
-        None => (runner.run(1, batch, args.breakdown.breakdown_on(), &mut |_| {})?, Vec::new()),
+    let rehearsed = match rehearsed {
+        Some(r) => r,
+        None => {
+            let trial = runner.run(1, batch, args.breakdown.breakdown_on(), &mut |_| {})?;
+            whole_job::Rehearsed { trial, longer: Vec::new(), trials: 1 }
+        }
     };
     drop(runner);
+    let trial = &rehearsed.trial;
     // Ctrl-C or SIGTERM killed the check's trial: no verdict, exit 130/143.
     crate::interrupt::check()?;
     if !matches!(trial.outcome, Outcome::Fits | Outcome::Oom) {
@@ -327,7 +325,7 @@ fn measure(
         let message = trial.message.as_deref().unwrap_or("no message");
         return Err(anyhow!("the check could not run ({}): {message}", trial.outcome));
     }
-    Ok((trial, longer))
+    Ok(rehearsed)
 }
 
 /// "`python train.py ...` at batch 64 on cpu", as the verdict names it.

@@ -272,7 +272,7 @@ pub struct CheckArgs {
     /// start, each DataLoader cut to a few batches, and memory that grows projected to its end.
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..=1000), allow_negative_numbers = true)]
     pub steps: Option<u32>,
-    /// A command's rehearsal stops at the next pass over a DataLoader after this long.
+    /// A command's rehearsal stops at its next batch or training step after this long.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub rehearsal_time: u64,
     /// Emulate a device of this size (the CPU: a real limit; CUDA: the allocator's fraction).

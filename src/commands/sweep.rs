@@ -429,8 +429,7 @@ fn does_not_fit(report: &Report, budget: crate::analyze::fit::Budget) -> anyhow:
         return anyhow!("{ignored}");
     }
     // The search's max held its first steps, but not the whole job.
-    let whole = report.notes.iter().rev().find(|n| matches!(n, Note::WholeJob { .. }));
-    if let Some(note) = whole.filter(|n| n.to_string().starts_with("no batch fits")) {
+    if let Some(note) = report.notes.iter().find(|n| matches!(n, Note::NoBatchFitsWholeJob { .. })) {
         return anyhow!("{}: {note}", report.subject.name());
     }
     let (model, trials) = (report.subject.name(), &report.trials);

@@ -58,21 +58,28 @@ pub fn untrusted(path: &Path, what: &str) -> Option<String> {
 /// with mode 0700 when missing (its parents as the umask says), or, when it
 /// exists, refused unless it is this user's own, then narrowed to 0700.
 pub fn own_dir(dir: &Path) -> io::Result<()> {
+    if create_0700(dir)? {
+        return Ok(());
+    }
+    let meta = fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != own_uid() {
+        return Err(io::Error::other(format!(
+            "{} exists and is not a folder of your own: refusing to run a trial in it",
+            dir.display()
+        )));
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// Creates `dir` with mode 0700 (its parents as the umask says): true when
+/// made now, false when it was there already.
+fn create_0700(dir: &Path) -> io::Result<bool> {
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs::create_dir_all(parent)?;
     }
     match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let meta = fs::symlink_metadata(dir)?;
-            if !meta.is_dir() || meta.uid() != own_uid() {
-                return Err(io::Error::other(format!(
-                    "{} exists and is not a folder of your own: refusing to run a trial in it",
-                    dir.display()
-                )));
-            }
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-        }
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -93,17 +100,10 @@ pub fn cache_dir() -> io::Result<PathBuf> {
 /// Creates `dir` with mode 0700 when missing; an existing one must pass
 /// [`untrusted`]. The error is one line with the reason.
 pub fn trusted_dir(dir: &Path, what: &str) -> io::Result<()> {
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::create_dir_all(parent)?;
-    }
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-            Err(io::Error::other(format!("cannot create {what} {}: {e}", dir.display())))
-        }
-        _ => match untrusted(dir, what) {
-            Some(why) => Err(io::Error::other(format!("{why}; vramprobe will not run code from it"))),
-            None => Ok(()),
-        },
+    create_0700(dir).map_err(|e| io::Error::other(format!("cannot create {what} {}: {e}", dir.display())))?;
+    match untrusted(dir, what) {
+        Some(why) => Err(io::Error::other(format!("{why}; vramprobe will not run code from it"))),
+        None => Ok(()),
     }
 }
 

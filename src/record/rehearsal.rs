@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub struct RehearsalSpec {
     /// Batches taken from each pass over a DataLoader before it is cut.
     pub batches_per_loader: u32,
-    /// Past this, the rehearsal stops at the next pass over a loader.
+    /// Past this, the rehearsal stops at the next batch or training step.
     pub seconds: f64,
     /// One loader (by the order the job first iterates its loaders) run
     /// for more batches a pass than the others.
@@ -63,7 +63,7 @@ impl Phase {
 pub enum RehearsalStop {
     /// The job ran to its end: every phase it has was seen.
     ScriptEnd,
-    /// The time budget ran out at the start of a pass over a loader.
+    /// The time budget ran out (checked at each batch and training step).
     TimeBudget,
     /// Training and every other phase seen so far had run twice.
     SeenTwice,

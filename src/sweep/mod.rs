@@ -27,7 +27,6 @@ use crate::analyze::why::{self, Why};
 use crate::measure::environment;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
-use crate::record::rehearsal::RehearsalRecord;
 use crate::record::subject::Subject;
 use crate::record::trial::{Outcome, StepMark, StepRecord, StepTrace, TrialResult};
 use crate::units::human_bytes;
@@ -396,7 +395,11 @@ impl Sweep<'_> {
                     human_bytes(peak as f64)
                 )
             };
-            self.report.notes.push(Note::WholeJob { text });
+            self.report.notes.push(if lower == 0 {
+                Note::NoBatchFitsWholeJob { text }
+            } else {
+                Note::WholeJob { text }
+            });
             result.max_batch = lower;
             result.exact = false;
             result.capped = false;
@@ -414,9 +417,8 @@ impl Sweep<'_> {
     fn whole_job_peak(&self, r: &whole_job::Rehearsed, budget: Budget, basis: FitBasis) -> Option<(u64, String)> {
         match (r.trial.outcome, r.trial.rehearsal.as_deref()) {
             (Outcome::Oom, _) => Some((u64::MAX, "out of memory".into())),
-            (Outcome::Fits, Some(record)) => {
-                let longer: Vec<&RehearsalRecord> = r.longer.iter().collect();
-                let worst = crate::analyze::whole_job::worst(record, &longer, budget.budget_bytes)?;
+            (Outcome::Fits, Some(_)) => {
+                let worst = r.worst(budget.budget_bytes)?;
                 let steps = basis.peak(&r.trial).unwrap_or(0);
                 let what = match &worst {
                     Worst::Measured(phase, _) => format!("in its {} phase", phase.name()),

@@ -28,6 +28,15 @@ pub struct Rehearsed {
     pub trials: u32,
 }
 
+impl Rehearsed {
+    /// The job's highest peak, measured or projected (analyze::whole_job),
+    /// when the base rehearsal sent its record.
+    pub fn worst(&self, budget_bytes: u64) -> Option<whole_job::Worst> {
+        let longer: Vec<&RehearsalRecord> = self.longer.iter().collect();
+        whole_job::worst(self.trial.rehearsal.as_deref()?, &longer, budget_bytes)
+    }
+}
+
 /// Rehearses the job at `batch` as trials `first`, `first + 1`, ...;
 /// `None` where the subject has no whole job (a built-in model).
 pub fn rehearse(runner: &mut dyn TrialRunner, first: u32, batch: u64, seconds: f64) -> Result<Option<Rehearsed>> {

@@ -131,7 +131,8 @@ class Rehearsal:
         return (found[0][:limit], found[1]) if found else (None, None)
 
     def _seen_twice(self):
-        kinds = [self._pass_phase(p["index"]) for p in self.passes if p["ended"]]
+        phases = self._pass_phases()
+        kinds = [phases[p["index"]] for p in self.passes if p["ended"]]
         saves = sum(1 for iv in self.intervals if iv["save"])
         train, evals = kinds.count("train"), kinds.count("eval")
         return train >= 2 and evals != 1 and saves != 1
@@ -156,9 +157,13 @@ class Rehearsal:
 
         return saving
 
-    def _pass_phase(self, index):
-        phases = {_phase(iv) for iv in self.intervals if iv["pass"] == index}
-        return "train" if "train" in phases else "eval"
+    def _pass_phases(self):
+        """Each pass's phase: train when any of its batches trained, else eval."""
+        phases = ["eval"] * len(self.passes)
+        for iv in self.intervals:
+            if iv["pass"] is not None and _phase(iv) == "train":
+                phases[iv["pass"]] = "train"
+        return phases
 
     def readings(self):
         """CUDA: each closed interval's reading, taken at its boundary."""
@@ -172,7 +177,8 @@ class Rehearsal:
         # A batch's interval is of its pass's phase: a loader that fetches a
         # batch ahead (accelerate's) leaves an interval with no backward pass
         # between two fetches of a training pass.
-        phase = lambda iv: self._pass_phase(iv["pass"]) if iv["pass"] is not None and not iv["save"] else _phase(iv)
+        pass_phases = self._pass_phases()
+        phase = lambda iv: pass_phases[iv["pass"]] if iv["pass"] is not None and not iv["save"] else _phase(iv)
         intervals = [
             {"phase": phase(iv), "pass": iv["pass"], "batch": iv["batch"], "peak_allocated_bytes": r[0], "held_bytes": r[1], "peak_reserved_bytes": r[2]}
             for iv, r in zip(self.intervals, readings)
@@ -181,7 +187,7 @@ class Rehearsal:
         passes = [
             {
                 "loader": p["loader"],
-                "phase": self._pass_phase(p["index"]),
+                "phase": pass_phases[p["index"]],
                 "length": p["length"],
                 "batches": p["batches"],
                 "cut": p["cut"],
