@@ -218,10 +218,10 @@ fn hook_records_follow_the_protocol(trial: &Path) {
     assert!(matches!(messages.last(), Some(Message::End { .. })), "{text}");
     // The hook says the same version as the Rust side.
     let hook =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/measure/hook/vramprobe_hook.py")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/measure/hook/vramprobe_trial.py")).unwrap();
     assert!(
         hook.contains(&format!("\nPROTOCOL_VERSION = {PROTOCOL_VERSION}\n")),
-        "vramprobe_hook.py's PROTOCOL_VERSION"
+        "vramprobe_trial.py's PROTOCOL_VERSION"
     );
 }
 

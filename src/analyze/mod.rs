@@ -6,7 +6,8 @@
 //! a measured line predicts on them ([`profile`], [`whatif`], part by part
 //! in [`device_memory`]), and how a
 //! distributed job's line changes with its world size ([`worldfit`]), and a
-//! whole job's peak from its rehearsal ([`whole_job`]).
+//! whole job's peak from its rehearsal ([`whole_job`]), and the batch that
+//! would have fit a job that ran out of memory ([`postmortem`]).
 //!
 //! No I/O beyond reading a GPU profile file, no libtorch, no processes: unit
 //! tested on their own. Layer 4, beside `measure` (neither imports the
@@ -17,6 +18,7 @@ pub mod device_memory;
 pub mod fastest;
 pub mod fit;
 pub mod note;
+pub mod postmortem;
 pub mod profile;
 pub mod run;
 pub mod search;

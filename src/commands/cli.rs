@@ -55,7 +55,7 @@ pub enum Command {
     /// recommended batch and {accumulation} the micro-batches per optimizer
     /// step that keep --target-batch.
     #[command(
-        after_help = "Examples:\n  vramprobe exec --plan runs/X/plan.csv -- python train.py --batch-size {batch}\n  vramprobe exec --plan runs/X/plan.csv --target-batch 256 -- python train.py --batch-size {batch} --grad-accum {accumulation}"
+        after_help = "Examples:\n  vramprobe exec --plan runs/X/plan.csv -- python train.py --batch-size {batch}\n  vramprobe exec --plan runs/X/plan.csv --target-batch 256 -- python train.py --batch-size {batch} --grad-accum {accumulation}\n  vramprobe exec --plan runs/X/plan.csv --watch off -- python train.py --batch-size {batch}"
     )]
     Exec(ExecArgs),
     /// Predict the max batch on GPUs you do not have, from a measured run.
@@ -328,6 +328,17 @@ pub struct ExecArgs {
     /// Samples per optimizer step to keep, through {accumulation} [default: the recommended batch].
     #[arg(long, allow_hyphen_values = true, value_parser = parse_batch)]
     pub target_batch: Option<u64>,
+    /// Watch the job to its end: each phase's peak, a warning when memory
+    /// held grows toward the plan's budget, and a post-mortem (with a CUDA
+    /// memory snapshot) on an out-of-memory error. `off` runs the job bare.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "on", num_args = 0..=1, default_missing_value = "on")]
+    pub watch: OnOff,
+    /// The run folder for the watch's records [default: exec-<time> beside the plan].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write into an existing --out folder.
+    #[arg(long)]
+    pub force: bool,
     /// The command to run, after `--` [default: the plan row's own command].
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,

@@ -1,15 +1,22 @@
 //! `vramprobe exec --plan plan.csv -- COMMAND`: the user's full job at the
 //! plan's batch, unmeasured. `{batch}` becomes the recommended batch (the
 //! micro-batch), `{accumulation}` the micro-batches per optimizer step that
-//! keep `--target-batch`, `{target_batch}` that target.
-use std::os::unix::process::CommandExt;
+//! keep `--target-batch`, `{target_batch}` that target. The job runs whole
+//! under the hook's watch (each phase's peak, a warning when memory held
+//! grows toward the plan's budget, an out-of-memory post-mortem), or bare
+//! with `--watch off`.
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 
-use crate::commands::cli::ExecArgs;
+use crate::commands::cli::{ExecArgs, OnOff};
 use crate::error::UsageError;
+use crate::measure::{environment, watched};
 use crate::record::subject::{Placeholders, UserCommand};
-use crate::report::plan_file;
+use crate::record::watch::WatchSpec;
+use crate::report::watch::{self as report_watch, WatchContext, WatchFile};
+use crate::report::{output, plan_file};
 
 const ACCUMULATION: &str = "{accumulation}";
 
@@ -52,9 +59,47 @@ pub fn run(args: ExecArgs) -> Result<i32> {
         micro * accumulation,
         UserCommand { argv: argv.clone() }.line()
     );
-    // Replaces this process: the job's exit code and signals are its own.
-    let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
-    Err(anyhow!("could not run {}: {err}", argv[0]))
+    if args.watch == OnOff::Off {
+        // Replaces this process: the job's exit code and signals are its own.
+        let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+        return Err(anyhow!("could not run {}: {err}", argv[0]));
+    }
+    let context = WatchContext {
+        batch: micro,
+        // A plan written by hand may have no budget: nothing to forecast against.
+        budget_bytes: Some(row.budget_bytes).filter(|&b| b > 0),
+        fixed_bytes: row.fixed_bytes.and_then(|b| u64::try_from(b).ok()),
+        ended: String::new(),
+    };
+    watch(&args, &argv, &row.device.to_string(), context)
+}
+
+/// Runs the job under the watch, then says what it saw: watch.json in the
+/// run folder, the summary on stderr. The job's exit code is vramprobe's.
+fn watch(args: &ExecArgs, argv: &[String], device: &str, mut context: WatchContext) -> Result<i32> {
+    // By default beside the plan: the sweep's run folder gets the job's records.
+    let (_, stamp) = environment::utc_now();
+    let beside_plan = args.plan.parent().unwrap_or(Path::new(".")).join(format!("exec-{stamp}"));
+    let folder =
+        output::prepare_out_dir(Some(args.out.as_deref().unwrap_or(&beside_plan)), "exec", &stamp, args.force)?;
+    let records = folder.join("records");
+    let spec = WatchSpec { budget_bytes: context.budget_bytes, snapshot: device.starts_with("cuda") };
+    eprintln!(
+        "vramprobe exec: watching the job (phase peaks, memory growth, out-of-memory post-mortem) into {}",
+        folder.display()
+    );
+    let status = watched::run(argv, &records, device, context.batch, spec)
+        .with_context(|| format!("could not run the job under the watch ({})", records.display()))?;
+    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    context.ended = match status.signal() {
+        Some(signal) => format!("was killed by signal {signal}"),
+        None => format!("exited {code}"),
+    };
+    let processes = watched::read(&records);
+    let file = WatchFile { context: &context, processes: &processes };
+    output::write_atomic(&folder.join("watch.json"), &serde_json::to_vec_pretty(&file)?)?;
+    eprint!("{}", report_watch::summary(&processes, &context, &records));
+    Ok(code)
 }
 
 #[cfg(test)]

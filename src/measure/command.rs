@@ -17,9 +17,15 @@ use crate::record::subject::{Placeholders, UserCommand};
 use crate::record::trial::{StepRecord, TrialResult, TrialSpec};
 
 /// The hook, embedded in the binary and written to the cache on first use.
-const HOOK_FILES: [(&str, &str); 8] = [
+const HOOK_FILES: [(&str, &str); 14] = [
     ("sitecustomize.py", include_str!("hook/sitecustomize.py")),
     ("vramprobe_hook.py", include_str!("hook/vramprobe_hook.py")),
+    ("vramprobe_trial.py", include_str!("hook/vramprobe_trial.py")),
+    ("vramprobe_claim.py", include_str!("hook/vramprobe_claim.py")),
+    ("vramprobe_steps.py", include_str!("hook/vramprobe_steps.py")),
+    ("vramprobe_memory.py", include_str!("hook/vramprobe_memory.py")),
+    ("vramprobe_failures.py", include_str!("hook/vramprobe_failures.py")),
+    ("vramprobe_watch.py", include_str!("hook/vramprobe_watch.py")),
     ("vramprobe_breakdown.py", include_str!("hook/vramprobe_breakdown.py")),
     ("vramprobe_cuda_ops.py", include_str!("hook/vramprobe_cuda_ops.py")),
     ("vramprobe_zygote.py", include_str!("hook/vramprobe_zygote.py")),

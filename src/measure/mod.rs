@@ -45,5 +45,6 @@ pub mod runner;
 pub mod shim;
 #[cfg(feature = "builtin")]
 pub mod trial;
+pub mod watched;
 #[cfg(feature = "builtin")]
 pub mod workload;

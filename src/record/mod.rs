@@ -1,6 +1,6 @@
 //! What a run records, as plain values every layer above shares: the trial
 //! protocol and a trial's result ([`trial`]), the peak's [`breakdown`], the
-//! [`device`], a whole job's [`rehearsal`], the [`workload`] vramprobe trains and the [`subject`] a run
+//! [`device`], a whole job's [`rehearsal`], `exec`'s [`watch`] of the real job, the [`workload`] vramprobe trains and the [`subject`] a run
 //! measures (a built-in model, a TorchScript file or the user's command).
 //! No libtorch, no processes, no files: `analyze` (pure) and `measure` (the
 //! trials) both build on it without knowing each other.
@@ -12,4 +12,5 @@ pub mod environment;
 pub mod rehearsal;
 pub mod subject;
 pub mod trial;
+pub mod watch;
 pub mod workload;

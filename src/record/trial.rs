@@ -22,7 +22,7 @@ use crate::record::workload::WorkloadConfig;
 
 /// The version of the trial protocol (the spec and the records); bump it
 /// when either changes. The hook writes the same number
-/// (`PROTOCOL_VERSION` in vramprobe_hook.py; a test checks they agree).
+/// (`PROTOCOL_VERSION` in vramprobe_trial.py; a test checks they agree).
 pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The trial's spec in its folder.

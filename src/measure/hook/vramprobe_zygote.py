@@ -65,9 +65,9 @@ def _preload(target):
     # The CPU allocator counts from here, as in a fresh trial, where the
     # hook turns this on as torch is imported: a tensor the script's imports
     # keep is part of every trial's peak either way.
-    import vramprobe_hook
+    import vramprobe_memory
 
-    vramprobe_hook._count_every_thread(torch)
+    vramprobe_memory.count_every_thread(torch)
 
     modules = _top_level_imports(target[1]) if target[0] == "script" else []
     for module, names in modules:

@@ -1,0 +1,34 @@
+//! After an out-of-memory error in the real job (`vramprobe exec`'s
+//! watch): the batch at which the phase that failed would have fit.
+
+/// The largest batch at which a phase that needed `needed` bytes at
+/// `batch` (what it held when the allocation failed, plus what it asked
+/// for) stays within `budget`, taking the part above the plan's `fixed`
+/// bytes to grow in proportion to the batch, as the plan's line does.
+/// None when the batch is not what made it fail (the need does not rise
+/// above the fixed part) or when the fixed part alone passes the budget;
+/// Some(0) when no batch fits.
+pub fn fitting_batch(batch: u64, needed: u64, fixed: u64, budget: u64) -> Option<u64> {
+    if batch == 0 || needed <= fixed || budget <= fixed {
+        return None;
+    }
+    let scaled = u128::from(batch) * u128::from(budget - fixed) / u128::from(needed - fixed);
+    Some(u64::try_from(scaled).unwrap_or(u64::MAX).min(batch.saturating_sub(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_part_above_the_fixed_bytes_scales_with_the_batch() {
+        // 64 samples needed 100 + 64 * 10 = 740 bytes; 420 allows 32.
+        assert_eq!(fitting_batch(64, 740, 100, 420), Some(32));
+        // Never the batch that failed, even when the budget is just enough.
+        assert_eq!(fitting_batch(64, 740, 100, 740), Some(63));
+        assert_eq!(fitting_batch(64, 740, 100, 105), Some(0));
+        assert_eq!(fitting_batch(64, 90, 100, 420), None);
+        assert_eq!(fitting_batch(64, 740, 500, 400), None);
+        assert_eq!(fitting_batch(0, 740, 100, 420), None);
+    }
+}
