@@ -40,22 +40,31 @@ def whole_run(python, job):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def arguments():
+    """--python, --vramprobe and the jobs to run (all when none)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--python", required=True)
+    p.add_argument("--vramprobe", required=True)
+    p.add_argument("jobs", nargs="*")
+    return p.parse_args()
+
+
+def machine_name():
+    """"AMD EPYC ..., 2 cores": the CPU's model name, for each row."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name")) + f", {os.cpu_count()} cores"
+    except (OSError, StopIteration):
+        return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
 def mib(b):
     return f"{b / 2**20:.2f}"
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--python", required=True)
-    p.add_argument("--vramprobe", required=True)
-    p.add_argument("jobs", nargs="*")
-    a = p.parse_args()
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    try:
-        with open("/proc/cpuinfo") as f:
-            machine = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name")) + f", {os.cpu_count()} cores"
-    except (OSError, StopIteration):
-        pass
+    a = arguments()
+    machine = machine_name()
     rows = []
     for name, job in JOBS.items():
         if a.jobs and name not in a.jobs:

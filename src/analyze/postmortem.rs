@@ -1,5 +1,35 @@
 //! After an out-of-memory error in the real job (`vramprobe exec`'s
-//! watch): the batch at which the phase that failed would have fit.
+//! watch): the batch at which the phase that failed would have fit, or why
+//! no smaller batch would help.
+
+/// What a smaller batch would have done for a job that ran out of memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Smaller {
+    /// This batch (smaller than the one that failed) would have fit.
+    Fits(u64),
+    /// No batch fits: the plan's fixed part alone leaves too little.
+    NoBatch,
+    /// Most of what was held had been kept across the batches of a pass
+    /// (outputs or logits gathered): it grows with the data, not the batch.
+    KeptByPass,
+    /// The memory needed is no more than the plan's fixed part.
+    NotTheBatch,
+}
+
+/// Why the job failed, weighed: `kept_by_pass`, the bytes held that the
+/// last pass over a loader kept from batch to batch, decides first when it
+/// is at least half of what was needed; else [`fitting_batch`].
+pub fn smaller_batch(batch: u64, needed: u64, kept_by_pass: Option<u64>, fixed: u64, budget: u64) -> Smaller {
+    if kept_by_pass.is_some_and(|kept| kept.saturating_mul(2) >= needed) {
+        return Smaller::KeptByPass;
+    }
+    match fitting_batch(batch, needed, fixed, budget) {
+        Some(0) => Smaller::NoBatch,
+        Some(b) => Smaller::Fits(b),
+        None if budget <= fixed => Smaller::NoBatch,
+        None => Smaller::NotTheBatch,
+    }
+}
 
 /// The largest batch at which a phase that needed `needed` bytes at
 /// `batch` (what it held when the allocation failed, plus what it asked
@@ -30,5 +60,14 @@ mod tests {
         assert_eq!(fitting_batch(64, 90, 100, 420), None);
         assert_eq!(fitting_batch(64, 740, 500, 400), None);
         assert_eq!(fitting_batch(0, 740, 100, 420), None);
+    }
+
+    #[test]
+    fn what_a_pass_kept_is_not_the_batchs() {
+        assert_eq!(smaller_batch(64, 740, Some(400), 100, 420), Smaller::KeptByPass);
+        assert_eq!(smaller_batch(64, 740, Some(300), 100, 420), Smaller::Fits(32));
+        assert_eq!(smaller_batch(64, 740, None, 100, 105), Smaller::NoBatch);
+        assert_eq!(smaller_batch(64, 740, None, 500, 400), Smaller::NoBatch);
+        assert_eq!(smaller_batch(64, 90, None, 100, 420), Smaller::NotTheBatch);
     }
 }

@@ -79,9 +79,10 @@ pub fn run(args: ExecArgs) -> Result<i32> {
 fn watch(args: &ExecArgs, argv: &[String], device: &str, mut context: WatchContext) -> Result<i32> {
     // By default beside the plan: the sweep's run folder gets the job's records.
     let (_, stamp) = environment::utc_now();
-    let beside_plan = args.plan.parent().unwrap_or(Path::new(".")).join(format!("exec-{stamp}"));
-    let folder =
-        output::prepare_out_dir(Some(args.out.as_deref().unwrap_or(&beside_plan)), "exec", &stamp, args.force)?;
+    let folder = match &args.out {
+        Some(out) => output::prepare_out_dir(Some(out), "exec", &stamp, args.force)?,
+        None => output::claim_new_dir(args.plan.parent().unwrap_or(Path::new(".")), &format!("exec-{stamp}"))?,
+    };
     let records = folder.join("records");
     let spec = WatchSpec { budget_bytes: context.budget_bytes, snapshot: device.starts_with("cuda") };
     eprintln!(

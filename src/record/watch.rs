@@ -63,8 +63,17 @@ pub struct Postmortem {
     pub message: String,
     pub requested_bytes: Option<u64>,
     pub held_bytes: u64,
+    /// The phase of the last pass over a loader (running or ended), if any.
+    #[serde(default)]
+    pub pass_phase: Option<Phase>,
+    /// Of the bytes held, those that pass kept from batch to batch.
+    #[serde(default)]
+    pub kept_by_pass_bytes: Option<u64>,
     /// "file:line in function: code" of the job's line that asked.
     pub line: Option<String>,
+    /// "code (torch/file.py:line)": where torch's Python reached the op that failed.
+    #[serde(default)]
+    pub op: Option<String>,
     /// CUDA: the allocator's history, a file in the run folder (pytorch.org/memory_viz).
     pub snapshot: Option<String>,
 }

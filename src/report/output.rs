@@ -46,6 +46,24 @@ pub fn write_files(dir: &Path, files: &[(&str, Vec<u8>)]) -> Result<()> {
     Ok(())
 }
 
+/// Creates a new folder `name` in `parent` (then `name-2`, `name-3`...):
+/// claimed with an atomic mkdir, so two runs never share one.
+pub fn claim_new_dir(parent: &Path, name: &str) -> Result<PathBuf> {
+    let unusable = |dir: &Path, e: &dyn std::fmt::Display| {
+        UsageError::new(format!("cannot write to the output folder {}: {e}", dir.display()))
+    };
+    fs::create_dir_all(parent).map_err(|e| unusable(&parent.join(name), &e))?;
+    let mut n = 1;
+    loop {
+        let dir = if n == 1 { parent.join(name) } else { parent.join(format!("{name}-{n}")) };
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(unusable(&dir, &e).into()),
+        }
+    }
+}
+
 /// Creates the output folder: `--out DIR` as given, or a new timestamped
 /// folder under `runs/`. Two runs never share a folder: a new folder is
 /// claimed with an atomic mkdir, and an existing `--out` that holds files is
@@ -75,19 +93,7 @@ pub fn prepare_out_dir(out: Option<&Path>, model: &str, stamp: &str, force: bool
             }
             dir.to_path_buf()
         }
-        None => {
-            let base = PathBuf::from("runs").join(format!("{stamp}-{model}"));
-            fs::create_dir_all("runs").map_err(|e| unusable(&base, &e))?;
-            let mut n = 1;
-            loop {
-                let dir = if n == 1 { base.clone() } else { PathBuf::from(format!("{}-{n}", base.display())) };
-                match fs::create_dir(&dir) {
-                    Ok(()) => break dir,
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
-                    Err(e) => return Err(unusable(&dir, &e).into()),
-                }
-            }
-        }
+        None => claim_new_dir(Path::new("runs"), &format!("{stamp}-{model}"))?,
     };
     // Removed when dropped.
     tempfile::Builder::new().prefix(".write-test-").tempfile_in(&dir).map_err(|e| unusable(&dir, &e))?;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::analyze::postmortem::fitting_batch;
+use crate::analyze::postmortem::{smaller_batch, Smaller};
 use crate::record::rehearsal::Phase;
 use crate::record::watch::{Postmortem, ProcessWatch};
 use crate::units::human_bytes;
@@ -119,12 +119,17 @@ fn postmortem(who: &str, p: &Postmortem, ctx: &WatchContext, folder: &Path) -> S
     if let Some(line) = &p.line {
         let _ = writeln!(out, "    at {line}");
     }
+    if let Some(op) = &p.op {
+        let _ = writeln!(out, "    in torch: {op}");
+    }
     if let Some(asked) = p.requested_bytes {
         let needed = p.held_bytes.saturating_add(asked);
         let _ =
             write!(out, "    asked for {} with {} held", human_bytes(asked as f64), human_bytes(p.held_bytes as f64));
         out.push_str(&match (ctx.fixed_bytes, ctx.budget_bytes) {
-            (Some(fixed), Some(budget)) => fitting_words(fitting_batch(ctx.batch, needed, fixed, budget)),
+            (Some(fixed), Some(budget)) => {
+                smaller_words(smaller_batch(ctx.batch, needed, p.kept_by_pass_bytes, fixed, budget), p)
+            }
             _ => "\n".into(),
         });
     }
@@ -138,13 +143,20 @@ fn postmortem(who: &str, p: &Postmortem, ctx: &WatchContext, folder: &Path) -> S
     out
 }
 
-fn fitting_words(fits: Option<u64>) -> String {
-    match fits {
-        Some(0) => "; no batch would have fit: the phase needs more than the budget at any batch\n".into(),
-        Some(b) => format!(
+fn smaller_words(smaller: Smaller, p: &Postmortem) -> String {
+    match smaller {
+        Smaller::Fits(b) => format!(
             "; at batch {b} it would have fit the plan's budget (its need above the plan's fixed part grows with the batch)\n"
         ),
-        None => "; the batch is not what made it fail\n".into(),
+        Smaller::NoBatch => "; no batch would have fit: the plan's fixed part leaves too little of the budget\n".into(),
+        Smaller::KeptByPass => format!(
+            "; {} of it was kept from batch to batch by the last {} pass (outputs or logits gathered over the data): \
+             a smaller batch would not shrink it; keep less per batch, or move it off the device \
+             (for a Hugging Face Trainer, eval_accumulation_steps)\n",
+            human_bytes(p.kept_by_pass_bytes.unwrap_or(0) as f64),
+            p.pass_phase.map_or("", phase_name)
+        ),
+        Smaller::NotTheBatch => "; it needed no more than the plan's fixed part: the batch is not what made it fail\n".into(),
     }
 }
 

@@ -58,6 +58,8 @@ class Watch:
         # The readings (at, held) the growth is fitted over, and whether it warned.
         self.series, self.warned = [], False
         self.held, self.above = 0, 0
+        # The pass running now or the last one: what an out-of-memory error after it is weighed against.
+        self.last_pass = None
 
     def note_backward(self):
         self.current["backward"] = True
@@ -117,7 +119,9 @@ class Watch:
             length = len(loader)
         except Exception:  # an IterableDataset without a length
             length = None
-        self.running = {"index": self.passes, "loader": ordinal, "length": length, "trained": False}
+        # Held before the pass: what a pass keeps from batch to batch shows against it.
+        self.running = {"index": self.passes, "loader": ordinal, "length": length, "trained": False, "held_before": self.held}
+        self.last_pass = self.running
         self.passes += 1
         self.series, self.warned = [], False
         return self.running["index"]
@@ -177,7 +181,10 @@ class Watch:
         print(f"vramprobe: warning: {grows}; {when} the plan's budget of {_size(self.budget)}", file=sys.stderr, flush=True)
 
     def postmortem(self, message, frames, snapshot):
-        """An out-of-memory error: where the job was and what it asked for."""
+        """An out-of-memory error: where the job was, what it asked for,
+        and how much of what it held the last pass over a loader kept."""
+        held = self.read_held()
+        last = self.last_pass
         emit(
             {
                 "kind": "postmortem",
@@ -187,8 +194,11 @@ class Watch:
                 "step": self.steps,
                 "message": message,
                 "requested_bytes": requested_bytes(message),
-                "held_bytes": self.read_held(),
+                "held_bytes": held,
+                "pass_phase": None if last is None else ("train" if last["trained"] else "eval"),
+                "kept_by_pass_bytes": None if last is None else max(0, held - last["held_before"]),
                 "line": where_in_job(frames),
+                "op": op_in_torch(frames),
                 "snapshot": snapshot,
             }
         )
@@ -262,6 +272,17 @@ def requested_bytes(message):
     if not found:
         return None
     return int(float(found.group(1)) * _UNITS[found.group(2)])
+
+
+def op_in_torch(frames):
+    """"code (torch/file.py:line)" of the innermost frame inside torch,
+    where the job's line reached the op that failed, or None."""
+    torch_dir = os.path.dirname(getattr(sys.modules.get("torch"), "__file__", "") or "")
+    inside = [f for f in frames if torch_dir and f.filename.startswith(torch_dir + os.sep)]
+    if not inside:
+        return None
+    f = inside[-1]
+    return f"{(f.line or f.name).strip()} (torch/{os.path.relpath(f.filename, torch_dir)}:{f.lineno})"
 
 
 def where_in_job(frames):
