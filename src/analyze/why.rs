@@ -217,96 +217,8 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
             (per_sample_from_one_trial, per_sample_split_from_fit) = (false, true);
         }
     }
-    let mut changes = Vec::new();
-    if let Some(fit) = input.fit {
-        let budget = input.budget.budget_bytes;
-        // The line through the limiting fit at the max batch, sloped by the
-        // categories' bytes per sample: a change moves its fixed part or slope.
-        let max = input.max_batch as f64;
-        let slope: f64 = per_sample_bytes.iter().sum::<f64>().max(1.0);
-        let fixed = fit.predict(input.max_batch) - slope * max;
-        let with = |d_fixed: f64, d_slope: f64| {
-            LinearFit { fixed_bytes: fixed + d_fixed, per_sample_bytes: (slope + d_slope).max(1.0), r2: 1.0, points: 0 }
-                .max_batch_within(budget)
-        };
-        changes.push(Change {
-            kind: ChangeKind::Baseline,
-            change: "none (this run)".into(),
-            max_batch: with(0.0, 0.0),
-            basis: Basis::Breakdown,
-            detail: format!(
-                "the line through the peak at batch {} with the categories' bytes per sample ({} per sample): the changes below move it",
-                input.max_batch,
-                crate::units::human_bytes(slope)
-            ),
-        });
-        let params = top.bytes.get(Category::Parameters) as f64;
-        let state = top.bytes.get(Category::OptimizerState) as f64;
-        // Which optimizer ran: the built-in's, else the state's multiple of the parameters.
-        let copies_now = match input.optimizer {
-            Some(kind) => state_copies(kind),
-            None if params > 0.0 => (state / params).round() as u64,
-            None => 0,
-        };
-        if params > 0.0 && input.training {
-            for (name, copies) in OPTIMIZERS {
-                if copies == copies_now {
-                    continue;
-                }
-                let delta = copies as f64 * params - state;
-                changes.push(Change {
-                    kind: ChangeKind::Optimizer(copies),
-                    change: format!("optimizer: {name}"),
-                    max_batch: with(delta, 0.0),
-                    basis: Basis::Breakdown,
-                    detail: format!(
-                        "optimizer state {} x parameters instead of the measured {:.2} x: {} at the peak",
-                        copies,
-                        state / params,
-                        signed(delta)
-                    ),
-                });
-            }
-        }
-        let activations = per_sample_bytes[Category::Activations.index()];
-        let fp32 = input.precision.is_none_or(|p| p == Precision::Fp32);
-        if fp32 && activations > 0.0 {
-            changes.push(Change {
-                kind: ChangeKind::Autocast,
-                change: "bf16 autocast".into(),
-                max_batch: with(params / 2.0, -activations / 2.0),
-                basis: Basis::RuleOfThumb,
-                detail: format!(
-                    "activations saved in bfloat16 take half ({} per sample less); autocast keeps a bfloat16 copy of the weights ({} more)",
-                    crate::units::human_bytes(activations / 2.0),
-                    crate::units::human_bytes(params / 2.0)
-                ),
-            });
-        }
-        let layers = input.trials.iter().find_map(|t| t.layers).filter(|&l| l > 1);
-        if let (Some(layers), true) = (layers, activations > 0.0) {
-            let kept = 1.0 / (layers as f64).sqrt();
-            changes.push(Change {
-                kind: ChangeKind::Checkpointing,
-                change: "activation checkpointing".into(),
-                max_batch: with(0.0, -activations * (1.0 - kept)),
-                basis: Basis::RuleOfThumb,
-                detail: format!(
-                    "activations / sqrt(layers) = / sqrt({layers}) (checkpoints every sqrt(layers) layers; each step recomputes about one more forward pass)"
-                ),
-            });
-        }
-        changes.extend(input.training.then(|| Change {
-            kind: ChangeKind::Accumulation,
-            change: "gradient accumulation".into(),
-            max_batch: with(0.0, 0.0),
-            basis: Basis::Unchanged,
-            detail: format!(
-                "k micro-batches of {} per optimizer step train at an effective batch of k x {} (vramprobe exec --target-batch N fills {{accumulation}})",
-                input.recommended_batch, input.recommended_batch
-            ),
-        }));
-    }
+    let mut changes =
+        input.fit.as_ref().map(|fit| what_changes(&input, &top, &per_sample_bytes, fit)).unwrap_or_default();
     // The baseline alone (inference in bf16, say) changes nothing: no table.
     if changes.len() == 1 {
         changes.clear();
@@ -327,6 +239,120 @@ pub fn explain(input: WhyInput<'_>) -> Option<Why> {
         phases,
         stopped_by,
     })
+}
+
+/// The line through the limiting fit at the max batch, sloped by the
+/// categories' bytes per sample: a change moves its fixed part or slope.
+struct Moved {
+    fixed: f64,
+    slope: f64,
+    budget: u64,
+}
+
+impl Moved {
+    fn max_batch(&self, d_fixed: f64, d_slope: f64) -> Option<u64> {
+        LinearFit {
+            fixed_bytes: self.fixed + d_fixed,
+            per_sample_bytes: (self.slope + d_slope).max(1.0),
+            r2: 1.0,
+            points: 0,
+        }
+        .max_batch_within(self.budget)
+    }
+}
+
+/// The table of changes: this run's line, then each change that moves it.
+fn what_changes(input: &WhyInput<'_>, top: &Breakdown, per_sample_bytes: &[f64], fit: &LinearFit) -> Vec<Change> {
+    let slope: f64 = per_sample_bytes.iter().sum::<f64>().max(1.0);
+    let line = Moved {
+        fixed: fit.predict(input.max_batch) - slope * input.max_batch as f64,
+        slope,
+        budget: input.budget.budget_bytes,
+    };
+    let mut changes = vec![Change {
+        kind: ChangeKind::Baseline,
+        change: "none (this run)".into(),
+        max_batch: line.max_batch(0.0, 0.0),
+        basis: Basis::Breakdown,
+        detail: format!(
+            "the line through the peak at batch {} with the categories' bytes per sample ({} per sample): the changes below move it",
+            input.max_batch,
+            crate::units::human_bytes(slope)
+        ),
+    }];
+    let params = top.bytes.get(Category::Parameters) as f64;
+    if params > 0.0 && input.training {
+        changes.extend(optimizer_changes(input, top, &line));
+    }
+    let activations = per_sample_bytes[Category::Activations.index()];
+    let fp32 = input.precision.is_none_or(|p| p == Precision::Fp32);
+    if fp32 && activations > 0.0 {
+        changes.push(Change {
+            kind: ChangeKind::Autocast,
+            change: "bf16 autocast".into(),
+            max_batch: line.max_batch(params / 2.0, -activations / 2.0),
+            basis: Basis::RuleOfThumb,
+            detail: format!(
+                "activations saved in bfloat16 take half ({} per sample less); autocast keeps a bfloat16 copy of the weights ({} more)",
+                crate::units::human_bytes(activations / 2.0),
+                crate::units::human_bytes(params / 2.0)
+            ),
+        });
+    }
+    let layers = input.trials.iter().find_map(|t| t.layers).filter(|&l| l > 1);
+    if let (Some(layers), true) = (layers, activations > 0.0) {
+        let kept = 1.0 / (layers as f64).sqrt();
+        changes.push(Change {
+            kind: ChangeKind::Checkpointing,
+            change: "activation checkpointing".into(),
+            max_batch: line.max_batch(0.0, -activations * (1.0 - kept)),
+            basis: Basis::RuleOfThumb,
+            detail: format!(
+                "activations / sqrt(layers) = / sqrt({layers}) (checkpoints every sqrt(layers) layers; each step recomputes about one more forward pass)"
+            ),
+        });
+    }
+    changes.extend(input.training.then(|| Change {
+        kind: ChangeKind::Accumulation,
+        change: "gradient accumulation".into(),
+        max_batch: line.max_batch(0.0, 0.0),
+        basis: Basis::Unchanged,
+        detail: format!(
+            "k micro-batches of {} per optimizer step train at an effective batch of k x {} (vramprobe exec --target-batch N fills {{accumulation}})",
+            input.recommended_batch, input.recommended_batch
+        ),
+    }));
+    changes
+}
+
+/// Each other optimizer: its state's copies of the parameters instead of
+/// the measured (the built-in's, else the state's multiple of the parameters).
+fn optimizer_changes(input: &WhyInput<'_>, top: &Breakdown, line: &Moved) -> Vec<Change> {
+    let params = top.bytes.get(Category::Parameters) as f64;
+    let state = top.bytes.get(Category::OptimizerState) as f64;
+    let copies_now = match input.optimizer {
+        Some(kind) => state_copies(kind),
+        None => (state / params).round() as u64,
+    };
+    OPTIMIZERS
+        .into_iter()
+        .filter(|&(_, copies)| copies != copies_now)
+        .map(|(name, copies)| {
+            let delta = copies as f64 * params - state;
+            Change {
+                kind: ChangeKind::Optimizer(copies),
+                change: format!("optimizer: {name}"),
+                max_batch: line.max_batch(delta, 0.0),
+                basis: Basis::Breakdown,
+                detail: format!(
+                    "optimizer state {} x parameters instead of the measured {:.2} x: {} at the peak",
+                    copies,
+                    state / params,
+                    signed(delta)
+                ),
+            }
+        })
+        .collect()
 }
 
 /// What stopped the batch at `max_batch`, when it was not memory: None when

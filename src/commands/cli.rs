@@ -162,6 +162,10 @@ pub struct SweepArgs {
     /// Seconds before a trial that has not finished is killed.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub trial_timeout: u64,
+    /// A command's max is rehearsed over its whole job (every phase, each DataLoader cut
+    /// short); the rehearsal stops at its next batch or training step after this long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub rehearsal_time: u64,
     /// Output folder [default: a new folder runs/<time>-<model>]. An existing
     /// folder that holds files is refused unless --force.
     #[arg(long)]

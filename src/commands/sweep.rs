@@ -164,6 +164,7 @@ fn sweep_config(args: &SweepArgs, subject: &Subject, device: Device, note: Optio
         command_line: std::env::args().collect(),
         notes,
         breakdown: !args.no_breakdown && args.breakdown.breakdown_on(),
+        rehearsal_seconds: args.rehearsal_time as f64,
     }
 }
 

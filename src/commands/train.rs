@@ -10,7 +10,8 @@ use crate::measure::workload::Workload;
 use crate::record::device::Device;
 use crate::record::workload::{Mode, WorkloadConfig};
 use crate::report::plan_file;
-use crate::train::{self, checkpoint, Length, TrainConfig};
+use crate::train::checkpoint::{self, RunState};
+use crate::train::{self, Length, TrainConfig};
 use crate::units::format_input;
 
 /// Samples in an epoch of SYNTHETIC data (CIFAR-10's training set size).
@@ -38,25 +39,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         .into());
     }
 
-    let data = match &args.data {
-        Some(dir) => Dataset::cifar(dir).map_err(|e| UsageError::new(e.to_string()))?,
-        None => Dataset::Synthetic { input: w.input.clone(), classes: w.classes, size: SYNTHETIC_SIZE },
-    };
-    if data.input() != w.input || data.classes() != w.classes {
-        return Err(UsageError::new(format!(
-            "{}:{}: the plan was measured for {} inputs and {} classes, the data is {} with {} classes; the recommended batch holds only for what was measured: sweep again with --input {} --classes {}",
-            args.plan.display(),
-            entry.line,
-            format_input(&w.input),
-            w.classes,
-            format_input(&data.input()),
-            data.classes(),
-            format_input(&data.input()),
-            data.classes()
-        ))
-        .into());
-    }
-
+    let data = training_data(&args, &w, entry.line)?;
     let request = args.device.unwrap_or(entry.row.device);
 
     let (device, note) = device::resolve(request)?;
@@ -73,44 +56,8 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     for note in notes {
         eprintln!("note: {note}");
     }
-    let config = WorkloadConfig { mode: Mode::Train, ..w.clone() };
-    // The initial weights come from the seed too, so two runs are the same run.
-    tch::manual_seed((args.seed & i64::MAX as u64) as i64);
-    let mut workload = Workload::new(config, device).map_err(|e| anyhow!("building {}: {e}", w.model))?;
-    workload.check_input().map_err(|e| {
-        // Name the input the model was designed for, so the user knows what to sweep instead.
-        let designed_for = crate::measure::model::find(&w.model)
-            .map(|spec| format!("; it is built for {} inputs", format_input(spec.default_input)))
-            .unwrap_or_default();
-        UsageError::new(format!(
-            "{} cannot take {} inputs ({}){designed_for}",
-            w.model,
-            format_input(&w.input),
-            e.message,
-        ))
-    })?;
-
-    let resume = match &args.resume {
-        Some(path) => {
-            let (progress, named) = checkpoint::read(path)?;
-            if progress.model != w.model || progress.input != w.input || progress.classes != w.classes {
-                bail!(
-                    "{}: the checkpoint is for {} {} x{} classes, the plan row is for {} {} x{}",
-                    path.display(),
-                    progress.model,
-                    format_input(&progress.input),
-                    progress.classes,
-                    w.model,
-                    format_input(&w.input),
-                    w.classes
-                );
-            }
-            checkpoint::restore(path, &mut workload, &named)?;
-            eprintln!("resuming {} at step {} (epoch {})", path.display(), progress.step, progress.epoch);
-            Some(progress)
-        }
-        None => None,
-    };
+    let mut workload = build_workload(&w, device, args.seed)?;
+    let resume = args.resume.as_deref().map(|path| resume_from(path, &w, &mut workload)).transpose()?;
 
     let effective_batch = args.target_batch.unwrap_or(entry.row.recommended_batch);
     let length = match (args.steps, args.epochs) {
@@ -140,4 +87,71 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         println!("Wrote {}", log.display());
     }
     Ok(0)
+}
+
+/// The data to train on: CIFAR-10 from --data, else synthetic samples of
+/// the row's input; refused when it is not what the row was measured for.
+fn training_data(args: &TrainArgs, w: &WorkloadConfig, line: u64) -> Result<Dataset> {
+    let data = match &args.data {
+        Some(dir) => Dataset::cifar(dir).map_err(|e| UsageError::new(e.to_string()))?,
+        None => Dataset::Synthetic { input: w.input.clone(), classes: w.classes, size: SYNTHETIC_SIZE },
+    };
+    if data.input() != w.input || data.classes() != w.classes {
+        return Err(UsageError::new(format!(
+            "{}:{}: the plan was measured for {} inputs and {} classes, the data is {} with {} classes; the recommended batch holds only for what was measured: sweep again with --input {} --classes {}",
+            args.plan.display(),
+            line,
+            format_input(&w.input),
+            w.classes,
+            format_input(&data.input()),
+            data.classes(),
+            format_input(&data.input()),
+            data.classes()
+        ))
+        .into());
+    }
+
+    Ok(data)
+}
+
+/// The row's model, built on `device` from the seed (the initial weights
+/// come from it too, so two runs are the same run), its input checked.
+fn build_workload(w: &WorkloadConfig, device: Device, seed: u64) -> Result<Workload> {
+    let config = WorkloadConfig { mode: Mode::Train, ..w.clone() };
+    tch::manual_seed((seed & i64::MAX as u64) as i64);
+    let workload = Workload::new(config, device).map_err(|e| anyhow!("building {}: {e}", w.model))?;
+    workload.check_input().map_err(|e| {
+        // Name the input the model was designed for, so the user knows what to sweep instead.
+        let designed_for = crate::measure::model::find(&w.model)
+            .map(|spec| format!("; it is built for {} inputs", format_input(spec.default_input)))
+            .unwrap_or_default();
+        UsageError::new(format!(
+            "{} cannot take {} inputs ({}){designed_for}",
+            w.model,
+            format_input(&w.input),
+            e.message,
+        ))
+    })?;
+    Ok(workload)
+}
+
+/// The checkpoint to resume from, restored into `workload`: refused when
+/// it is another model, input or number of classes than the row's.
+fn resume_from(path: &std::path::Path, w: &WorkloadConfig, workload: &mut Workload) -> Result<RunState> {
+    let (progress, named) = checkpoint::read(path)?;
+    if progress.model != w.model || progress.input != w.input || progress.classes != w.classes {
+        bail!(
+            "{}: the checkpoint is for {} {} x{} classes, the plan row is for {} {} x{}",
+            path.display(),
+            progress.model,
+            format_input(&progress.input),
+            progress.classes,
+            w.model,
+            format_input(&w.input),
+            w.classes
+        );
+    }
+    checkpoint::restore(path, workload, &named)?;
+    eprintln!("resuming {} at step {} (epoch {})", path.display(), progress.step, progress.epoch);
+    Ok(progress)
 }

@@ -12,6 +12,7 @@
 //! never `sweep`, `train`, `bench` or `commands`.
 pub mod csv;
 pub mod device_memory;
+pub mod gpu_plan;
 pub mod grid;
 pub mod html;
 pub mod json;

@@ -60,6 +60,8 @@ pub struct SweepConfig {
     pub notes: Vec<Note>,
     /// Break the max batch's peak down by category (`--breakdown`).
     pub breakdown: bool,
+    /// How long a command's rehearsal of the whole job at the max may take (`--rehearsal-time`).
+    pub rehearsal_seconds: f64,
 }
 
 impl SweepConfig {
@@ -306,12 +308,21 @@ impl Sweep<'_> {
             return Ok(());
         }
         let trial = self.run_trial(max, true)?.clone();
-        if observe(&trial, &budget, FitBasis::for_device(self.cfg.device)).fits() {
+        let seen = observe(&trial, &budget, FitBasis::for_device(self.cfg.device));
+        if seen.fits() {
             self.report.notes.push(Note::Explained { trial: trial.trial, batch: max });
         } else {
-            let outcome = match &trial.message {
-                Some(m) => format!("{}: {m}", trial.outcome),
-                None => trial.outcome.to_string(),
+            let outcome = match (&seen, &trial.message) {
+                // It ran to its end, higher than the search's trial of the same batch.
+                (Observation::TooBig { peak_bytes: Some(peak), .. }, _) if trial.outcome == Outcome::Fits => {
+                    format!(
+                        "its peak {} passed the budget of {}",
+                        human_bytes(*peak as f64),
+                        human_bytes(budget.budget_bytes as f64)
+                    )
+                }
+                (_, Some(m)) => format!("{}: {m}", trial.outcome),
+                (_, None) => trial.outcome.to_string(),
             };
             self.report.notes.push(Note::ExplainFailed { trial: trial.trial, batch: max, outcome });
             result.exact = false;
@@ -319,9 +330,6 @@ impl Sweep<'_> {
         Ok(())
     }
 }
-
-/// How long the sweep's rehearsal of its max may take (check's default).
-const REHEARSAL_SECONDS: f64 = 60.0;
 
 /// At most this many rehearsals bring a max down to what the whole job holds.
 const MAX_REHEARSALS: usize = 3;
@@ -352,7 +360,9 @@ impl Sweep<'_> {
                 return Ok(());
             }
             self.sink.rehearsing(batch);
-            let Some(r) = whole_job::rehearse(self.runner, first, batch, REHEARSAL_SECONDS)? else { return Ok(()) };
+            let Some(r) = whole_job::rehearse(self.runner, first, batch, self.cfg.rehearsal_seconds)? else {
+                return Ok(());
+            };
             first += r.trials;
             let Some((peak, what)) = self.whole_job_peak(&r, budget, basis) else {
                 let why = r.trial.message.as_deref().unwrap_or("no message");

@@ -138,6 +138,7 @@ fn config(subject: Subject, capacity: u64, multiple_of: u64) -> SweepConfig {
         command_line: Vec::new(),
         notes: Vec::new(),
         breakdown: true,
+        rehearsal_seconds: 60.0,
     }
 }
 

@@ -171,42 +171,11 @@ fn reading_at(probes: &[Probe], batch: u64) -> Option<u64> {
 
 impl Strategy for FitGuided {
     fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step {
-        if let Some(p) = probes.iter().find(|p| matches!(p.observation, Observation::Failed { .. })) {
-            let (lo, _) = bracket(probes);
-            let msg = match &p.observation {
-                Observation::Failed { message } => message.clone(),
-                _ => String::new(),
-            };
-            return self.finish(
-                lo.unwrap_or(0),
-                false,
-                vec![format!("the trial at batch {} failed ({msg}); the search stopped", p.batch)],
-            );
+        if let Some(done) = self.settled(probes, limits) {
+            return done;
         }
         let (lo, hi) = bracket(probes);
         let cap = limits.max_batch;
-        if hi == Some(1) {
-            return self.finish(0, true, vec!["batch 1 does not fit".into()]);
-        }
-        if let Some(l) = lo {
-            if l >= cap {
-                let note = format!("batch {cap} (--max-batch) fits: the limit lies at or beyond it");
-                return match self.finish(cap, false, vec![note]) {
-                    Step::Finish(result) => Step::Finish(SearchResult { capped: true, ..result }),
-                    other => other,
-                };
-            }
-            if let Some(h) = hi {
-                if h - l - 1 <= limits.tolerance {
-                    let notes = if h == l + 1 {
-                        vec![]
-                    } else {
-                        vec![format!("within --tolerance: the max lies in {l}..{}", h - 1)]
-                    };
-                    return self.finish(l, h == l + 1, notes);
-                }
-            }
-        }
         let lower = lo.map_or(1, |l| l + 1);
         let upper = hi.map_or(cap, |h| (h - 1).min(cap));
 
@@ -239,65 +208,9 @@ impl Strategy for FitGuided {
             }
         }
         let predicted_max = model.and_then(|m| m.max_batch_within(budget));
-        // How far (in batches) the line missed the last probe: aim that much
-        // past the boundary it draws, so a slightly low line does not crawl.
-        // (Two lines are re-fitted near the boundary instead.)
-        let missed_by = match (model, self.last_prediction, probes.last().and_then(|p| p.observation.peak_bytes())) {
-            (Some(Model::One(f)), Some((batch, predicted)), Some(r)) => {
-                ((predicted.predict(batch) - r as f64).abs() / f.per_sample_bytes).floor() as u64
-            }
-            _ => 0,
-        };
+        let missed_by = self.missed_by(model, probes);
         let candidate = match (lo, hi) {
-            (Some(l), Some(h)) => {
-                // Inside a bracket: where the chord between the bracket's two
-                // readings crosses the budget (local, so the bend real curves
-                // have at small batches does not skew it), else the line;
-                // bisect when two tries in a row did not halve the bracket.
-                let width = h - l;
-                self.stalls = match self.last_width {
-                    Some(lw) if width * 2 > lw => self.stalls + 1,
-                    _ => 0,
-                };
-                self.last_width = Some(width);
-                // Illinois: when the last probes all fit (the chord keeps
-                // landing short of a distant failure), halve that failure's
-                // excess over the budget for each repeat, to reach past.
-                let repeats = probes.iter().rev().take_while(|p| p.observation.fits()).count().saturating_sub(1);
-                let chord = match (reading_at(probes, l), reading_at(probes, h)) {
-                    // Only while the line is trusted: after a contradiction the
-                    // readings may be far apart on an uneven curve.
-                    (Some(rl), Some(rh)) if rh > rl && rl <= budget && self.fallback.is_none() => {
-                        let excess = (rh - budget) as f64 / 2f64.powi(repeats.min(30) as i32);
-                        let rh = budget as f64 + excess;
-                        Some(l + ((budget - rl) as f64 * width as f64 / (rh - rl as f64)) as u64)
-                    }
-                    _ => None,
-                };
-                // Two lines already know the curve's bend: their crossing first.
-                // When it lands at or past a failure that gave no reading (an
-                // OOM), the lines slope too gently there: aim 10% below the
-                // budget instead, for a reading near the boundary to re-fit from.
-                let below = || model?.max_batch_within(budget - budget / 10).filter(|&m| m > l && m < h);
-                let from_model = match predicted_max.filter(|&m| m < h) {
-                    None if reading_at(probes, h).is_none() && matches!(model, Some(Model::Two { .. })) => below(),
-                    m => m,
-                };
-                let guess = match model {
-                    Some(Model::Two { .. }) if self.fallback.is_none() => from_model.or(chord),
-                    _ => chord.or(from_model),
-                };
-                // A line that puts the max at or past a batch that failed is
-                // wrong there (an OOM has no reading to correct it with):
-                // crawling down from the failure one batch at a time would
-                // cost a trial per batch, so the bracket is split instead,
-                // geometrically while it spans more than a factor of 4.
-                match guess {
-                    Some(m) if self.stalls < 2 => m.max(l + 1 + missed_by),
-                    _ if h > 4 * l => ((l as f64 * h as f64).sqrt() as u64).clamp(l + 1, h - 1),
-                    _ => l + width / 2,
-                }
-            }
+            (Some(l), Some(h)) => self.inside_bracket(probes, budget, (l, h), model, predicted_max, missed_by),
             // No failure yet: extrapolate with the line while it is trusted;
             // otherwise (or while memory does not grow) look further out.
             (Some(l), None) => match predicted_max {
@@ -310,5 +223,115 @@ impl Strategy for FitGuided {
         self.guided += 1;
         self.last_prediction = model.map(|m| (candidate, m));
         Step::Run(candidate)
+    }
+}
+
+impl FitGuided {
+    /// The search's end, when the probes so far settle it: a failed
+    /// trial, batch 1 too big, --max-batch reached, or a bracket within
+    /// --tolerance.
+    fn settled(&self, probes: &[Probe], limits: &SearchLimits) -> Option<Step> {
+        let (lo, hi) = bracket(probes);
+        if let Some(p) = probes.iter().find(|p| matches!(p.observation, Observation::Failed { .. })) {
+            let msg = match &p.observation {
+                Observation::Failed { message } => message.clone(),
+                _ => String::new(),
+            };
+            let note = format!("the trial at batch {} failed ({msg}); the search stopped", p.batch);
+            return Some(self.finish(lo.unwrap_or(0), false, vec![note]));
+        }
+        let cap = limits.max_batch;
+        if hi == Some(1) {
+            return Some(self.finish(0, true, vec!["batch 1 does not fit".into()]));
+        }
+        let l = lo?;
+        if l >= cap {
+            let note = format!("batch {cap} (--max-batch) fits: the limit lies at or beyond it");
+            return Some(match self.finish(cap, false, vec![note]) {
+                Step::Finish(result) => Step::Finish(SearchResult { capped: true, ..result }),
+                other => other,
+            });
+        }
+        let h = hi?;
+        (h - l - 1 <= limits.tolerance).then(|| {
+            let notes =
+                if h == l + 1 { vec![] } else { vec![format!("within --tolerance: the max lies in {l}..{}", h - 1)] };
+            self.finish(l, h == l + 1, notes)
+        })
+    }
+
+    /// How far (in batches) the line missed the last probe: aim that much
+    /// past the boundary it draws, so a slightly low line does not crawl.
+    /// (Two lines are re-fitted near the boundary instead.)
+    fn missed_by(&self, model: Option<Model>, probes: &[Probe]) -> u64 {
+        match (model, self.last_prediction, probes.last().and_then(|p| p.observation.peak_bytes())) {
+            (Some(Model::One(f)), Some((batch, predicted)), Some(r)) => {
+                ((predicted.predict(batch) - r as f64).abs() / f.per_sample_bytes).floor() as u64
+            }
+            _ => 0,
+        }
+    }
+
+    /// The next probe inside the bracket (l fits, h does not): where the
+    /// chord between the bracket's two readings crosses the budget (local,
+    /// so the bend real curves have at small batches does not skew it),
+    /// else the line; bisect when two tries in a row did not halve it.
+    fn inside_bracket(
+        &mut self,
+        probes: &[Probe],
+        budget: u64,
+        (l, h): (u64, u64),
+        model: Option<Model>,
+        predicted_max: Option<u64>,
+        missed_by: u64,
+    ) -> u64 {
+        let width = h - l;
+        self.stalls = match self.last_width {
+            Some(lw) if width * 2 > lw => self.stalls + 1,
+            _ => 0,
+        };
+        self.last_width = Some(width);
+        let chord = self.chord(probes, budget, (l, h));
+        // Two lines already know the curve's bend: their crossing first.
+        // When it lands at or past a failure that gave no reading (an
+        // OOM), the lines slope too gently there: aim 10% below the
+        // budget instead, for a reading near the boundary to re-fit from.
+        let below = || model?.max_batch_within(budget - budget / 10).filter(|&m| m > l && m < h);
+        let from_model = match predicted_max.filter(|&m| m < h) {
+            None if reading_at(probes, h).is_none() && matches!(model, Some(Model::Two { .. })) => below(),
+            m => m,
+        };
+        let guess = match model {
+            Some(Model::Two { .. }) if self.fallback.is_none() => from_model.or(chord),
+            _ => chord.or(from_model),
+        };
+        // A line that puts the max at or past a batch that failed is
+        // wrong there (an OOM has no reading to correct it with):
+        // crawling down from the failure one batch at a time would
+        // cost a trial per batch, so the bracket is split instead,
+        // geometrically while it spans more than a factor of 4.
+        match guess {
+            Some(m) if self.stalls < 2 => m.max(l + 1 + missed_by),
+            _ if h > 4 * l => ((l as f64 * h as f64).sqrt() as u64).clamp(l + 1, h - 1),
+            _ => l + width / 2,
+        }
+    }
+
+    /// Where the chord between the bracket's readings crosses the budget,
+    /// while the line is trusted. Illinois: when the last probes all fit
+    /// (the chord keeps landing short of a distant failure), that
+    /// failure's excess over the budget is halved for each repeat, to reach past.
+    fn chord(&self, probes: &[Probe], budget: u64, (l, h): (u64, u64)) -> Option<u64> {
+        let repeats = probes.iter().rev().take_while(|p| p.observation.fits()).count().saturating_sub(1);
+        match (reading_at(probes, l), reading_at(probes, h)) {
+            // Only while the line is trusted: after a contradiction the
+            // readings may be far apart on an uneven curve.
+            (Some(rl), Some(rh)) if rh > rl && rl <= budget && self.fallback.is_none() => {
+                let excess = (rh - budget) as f64 / 2f64.powi(repeats.min(30) as i32);
+                let rh = budget as f64 + excess;
+                Some(l + ((budget - rl) as f64 * (h - l) as f64 / (rh - rl as f64)) as u64)
+            }
+            _ => None,
+        }
     }
 }

@@ -416,10 +416,11 @@ def _uncaught(watch, value, tb):
 
 
 def _record_history(torch):
-    """CUDA: the allocator keeps a history of its allocations (with Python
-    stacks) for a snapshot at an out-of-memory error."""
+    """CUDA: the allocator keeps a history of its last 100000 allocations
+    and frees, with Python stacks only (C++ stacks cost far more), for a
+    snapshot at an out-of-memory error."""
     try:
-        torch.cuda.memory._record_memory_history(max_entries=100000)
+        torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
         return True
     except Exception as e:  # private API: the watch goes on without it
         print(f"vramprobe: no memory history for an OOM snapshot: {e}", file=sys.stderr)
