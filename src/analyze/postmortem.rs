@@ -7,8 +7,10 @@
 pub enum Smaller {
     /// This batch (smaller than the one that failed) would have fit.
     Fits(u64),
-    /// No batch fits: the plan's fixed part alone leaves too little.
+    /// No batch fits: even batch 1, scaled down, would need more than the budget.
     NoBatch,
+    /// No batch fits: the plan's fixed part alone fills the budget.
+    FixedFills,
     /// Most of what was held had been kept across the batches of a pass
     /// (outputs or logits gathered): it grows with the data, not the batch.
     KeptByPass,
@@ -26,7 +28,7 @@ pub fn smaller_batch(batch: u64, needed: u64, kept_by_pass: Option<u64>, fixed: 
     match fitting_batch(batch, needed, fixed, budget) {
         Some(0) => Smaller::NoBatch,
         Some(b) => Smaller::Fits(b),
-        None if budget <= fixed => Smaller::NoBatch,
+        None if budget <= fixed => Smaller::FixedFills,
         None => Smaller::NotTheBatch,
     }
 }
@@ -67,7 +69,7 @@ mod tests {
         assert_eq!(smaller_batch(64, 740, Some(400), 100, 420), Smaller::KeptByPass);
         assert_eq!(smaller_batch(64, 740, Some(300), 100, 420), Smaller::Fits(32));
         assert_eq!(smaller_batch(64, 740, None, 100, 105), Smaller::NoBatch);
-        assert_eq!(smaller_batch(64, 740, None, 500, 400), Smaller::NoBatch);
+        assert_eq!(smaller_batch(64, 740, None, 500, 400), Smaller::FixedFills);
         assert_eq!(smaller_batch(64, 90, None, 100, 420), Smaller::NotTheBatch);
     }
 }

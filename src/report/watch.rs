@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::analyze::postmortem::{smaller_batch, Smaller};
 use crate::record::rehearsal::Phase;
-use crate::record::watch::{Postmortem, ProcessWatch};
+use crate::record::watch::{Forecast, Postmortem, ProcessWatch};
 use crate::units::human_bytes;
 
 /// What the job ran at and against.
@@ -51,18 +51,7 @@ pub fn summary(watches: &[ProcessWatch], ctx: &WatchContext, folder: &Path) -> S
             }
         }
         for f in &watch.forecasts {
-            let of = f.length.map(|n| format!(" of {n}")).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  {who}warned at {} {}: memory held in {} grew by {} a {}; at {} {}{of} the peak would pass the budget",
-                f.unit,
-                f.at,
-                phase_name(f.phase),
-                human_bytes(f.growth_bytes as f64),
-                f.unit,
-                f.unit,
-                f.crossing
-            );
+            let _ = writeln!(out, "  {who}{}", forecast_words(f));
         }
         for p in &watch.postmortems {
             out.push_str(&postmortem(&who, p, ctx, folder));
@@ -70,6 +59,25 @@ pub fn summary(watches: &[ProcessWatch], ctx: &WatchContext, folder: &Path) -> S
     }
     let _ = writeln!(out, "  records: {}", folder.display());
     out
+}
+
+/// "warned at batch 41: memory held in train grew by 136.8 KiB a batch; at
+/// batch 184 of 512 the peak would pass the budget".
+fn forecast_words(f: &Forecast) -> String {
+    let of = f.length.map(|n| format!(" of {n}")).unwrap_or_default();
+    let when = if f.crossing <= f.at {
+        format!("its peak ({}) was already above the budget", human_bytes(f.peak_now_bytes as f64))
+    } else {
+        format!("at {} {}{of} the peak would pass the budget", f.unit, f.crossing)
+    };
+    format!(
+        "warned at {} {}: memory held in {} grew by {} a {}; {when}",
+        f.unit,
+        f.at,
+        phase_name(f.phase),
+        human_bytes(f.growth_bytes as f64),
+        f.unit
+    )
 }
 
 /// "train 27.1 MiB (pass 1, batch 3), eval 30.0 MiB (pass 2, batch 1)".
@@ -148,7 +156,8 @@ fn smaller_words(smaller: Smaller, p: &Postmortem) -> String {
         Smaller::Fits(b) => format!(
             "; at batch {b} it would have fit the plan's budget (its need above the plan's fixed part grows with the batch)\n"
         ),
-        Smaller::NoBatch => "; no batch would have fit: the plan's fixed part leaves too little of the budget\n".into(),
+        Smaller::NoBatch => "; no batch would have fit: even at batch 1 it would need more than the plan's budget\n".into(),
+        Smaller::FixedFills => "; no batch would have fit: the plan's fixed part alone fills its budget\n".into(),
         Smaller::KeptByPass => format!(
             "; {} of it was kept from batch to batch by the last {} pass (outputs or logits gathered over the data): \
              a smaller batch would not shrink it; keep less per batch, or move it off the device \
