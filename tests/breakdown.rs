@@ -132,15 +132,32 @@ fn torch_profile(python: &str, batch: u64) -> (u64, Vec<(String, u64)>) {
     (v["peak_bytes"].as_u64().unwrap(), bytes)
 }
 
-/// Each category within 1% of the peak of torch's own profile's.
+/// Each category within 1% of the peak of torch's own profile's. Torch's
+/// profile cannot categorise an allocation that makes no tensor (a oneDNN
+/// scratchpad, which some CPUs' kernels take and others do not): it calls
+/// it unknown ("other"), where vramprobe's ledger sees it made and freed
+/// inside one op, a temporary. So those two are compared together, and
+/// vramprobe's "other" may not exceed torch's.
 fn agrees_with_torch(b: &Breakdown, torch: &(u64, Vec<(String, u64)>)) {
     let (peak, bytes) = torch;
+    let within = |id: &str, ours: u64, theirs: u64| {
+        let off = ours.abs_diff(theirs) as f64 / *peak as f64;
+        assert!(off <= 0.01, "{id}: {ours} B here, {theirs} B in torch's profile ({:.3}% of the peak)", off * 100.0);
+    };
+    let untyped = [Category::Temporaries, Category::Other];
+    let (mut ours_untyped, mut theirs_untyped) = (0, 0);
     for (c, (id, theirs)) in Category::ALL.iter().zip(bytes) {
         assert_eq!(c.id(), id);
         let ours = b.bytes.get(*c);
-        let off = ours.abs_diff(*theirs) as f64 / *peak as f64;
-        assert!(off <= 0.01, "{id}: {ours} B here, {theirs} B in torch's profile ({:.3}% of the peak)", off * 100.0);
+        if untyped.contains(c) {
+            (ours_untyped, theirs_untyped) = (ours_untyped + ours, theirs_untyped + theirs);
+        } else {
+            within(id, ours, *theirs);
+        }
     }
+    within("temporaries + other", ours_untyped, theirs_untyped);
+    let theirs_other = bytes.iter().find(|(id, _)| id == Category::Other.id()).map_or(0, |(_, b)| *b);
+    assert!(b.bytes.get(Category::Other) <= theirs_other + peak / 100, "other: {b:?}");
 }
 
 /// A CPU sweep of the example script into `out`, with `options`; its report.
