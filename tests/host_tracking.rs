@@ -2,9 +2,9 @@
 //! tracker's counters are process-wide, so checks must not run in parallel.
 #![cfg(feature = "builtin")]
 use tch::{Device, Kind, Tensor};
-use vramprobe::measure::meter::MemoryMeter;
-use vramprobe::measure::shim;
-use vramprobe::measure::workload::Workload;
+use vramprobe::measure::child::meter::MemoryMeter;
+use vramprobe::measure::child::shim;
+use vramprobe::measure::child::workload::Workload;
 use vramprobe::record::workload::{OptimizerKind, WorkloadConfig};
 
 /// Sizes from the data types and the architecture, the same on every machine.

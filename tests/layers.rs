@@ -269,3 +269,18 @@ fn the_check_finds_a_circle_and_an_upward_arrow() {
         ["analyze", "measure", "units"].map(String::from).into_iter().collect()
     );
 }
+
+#[test]
+fn only_the_commands_know_the_command_line() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    for file in files {
+        let rel = file.strip_prefix(src()).unwrap();
+        if rel.starts_with("commands") || rel == Path::new("main.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code: Vec<&str> = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect();
+        assert!(!code.iter().any(|l| l.contains("clap::") || l.contains("use clap")), "{} uses clap", rel.display());
+    }
+}

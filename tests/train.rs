@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use common::{capacity_for_max, vramprobe};
-use vramprobe::measure::data::Dataset;
-use vramprobe::measure::workload::Workload;
+use vramprobe::measure::child::data::Dataset;
+use vramprobe::measure::child::workload::Workload;
 use vramprobe::record::device::Device;
 use vramprobe::record::workload::{OptimizerKind, WorkloadConfig};
 use vramprobe::report::train_log::{TrainEvent, TrainRow};
@@ -151,7 +151,7 @@ fn a_resumed_run_continues_with_the_identical_next_loss() {
     std::fs::create_dir(&data_dir).unwrap();
     let records: Vec<(u8, Vec<u8>)> =
         (0..48u32).map(|i| ((i % 10) as u8, (0..3072u32).map(|p| ((p * 7 + i * 13) % 256) as u8).collect())).collect();
-    vramprobe::measure::data::write_cifar(&data_dir.join("data_batch_1.bin"), &records).unwrap();
+    vramprobe::measure::child::data::write_cifar(&data_dir.join("data_batch_1.bin"), &records).unwrap();
     let plan = write_plan(dir.path(), "1,resnet18,3x32x32,10,cpu,adam,8");
     let train = |extra: &[&str], log: &Path| {
         let out = vramprobe()

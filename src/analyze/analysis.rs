@@ -273,25 +273,7 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     // For GPUs: what they would reserve, where the run could model it.
     let gpu_reserved = gpu_reserved(&input.cuda_reserved_curve, cuda_reserved_fit, (fit, basis));
     let gpu_predictions = match gpu_reserved {
-        Some((reserved, _)) => COMMON_GPU_GIB
-            .iter()
-            .map(|gib| {
-                // From host measurements the CUDA context is unknown (0 here).
-                let foreign = if input.device.is_cuda() { budget.non_pytorch_bytes } else { 0 };
-                // From host measurements the model's own error is kept free too.
-                let (b, _) = less_model_allowance(
-                    Budget::new(gib << 30, budget.margin_fraction, foreign),
-                    input.device.is_cuda(),
-                );
-                let max = reserved.max_batch_within(b.budget_bytes).unwrap_or(0);
-                GpuPrediction {
-                    capacity_bytes: b.capacity_bytes,
-                    budget_bytes: b.budget_bytes,
-                    max_batch: max,
-                    recommended_batch: round_down(max, input.multiple_of),
-                }
-            })
-            .collect(),
+        Some((reserved, _)) => common_gpus(&reserved, &budget, input.device.is_cuda(), input.multiple_of),
         None => Vec::new(),
     };
 
@@ -324,6 +306,26 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
         fastest,
         notes,
     }
+}
+
+/// What each common GPU size would hold, from what a GPU would reserve.
+fn common_gpus(reserved: &Reserved, budget: &Budget, on_cuda: bool, multiple_of: u64) -> Vec<GpuPrediction> {
+    COMMON_GPU_GIB
+        .iter()
+        .map(|gib| {
+            // From host measurements the CUDA context is unknown (0 here).
+            let foreign = if on_cuda { budget.non_pytorch_bytes } else { 0 };
+            // From host measurements the model's own error is kept free too.
+            let (b, _) = less_model_allowance(Budget::new(gib << 30, budget.margin_fraction, foreign), on_cuda);
+            let max = reserved.max_batch_within(b.budget_bytes).unwrap_or(0);
+            GpuPrediction {
+                capacity_bytes: b.capacity_bytes,
+                budget_bytes: b.budget_bytes,
+                max_batch: max,
+                recommended_batch: round_down(max, multiple_of),
+            }
+        })
+        .collect()
 }
 
 /// Several sequence lengths of one token model, side by side.

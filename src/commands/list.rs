@@ -52,7 +52,7 @@ pub fn models(args: ListArgs) -> Result<i32> {
 
 fn parameter_count(m: &model::ModelSpec) -> Option<i64> {
     #[cfg(feature = "builtin")]
-    return Some(m.parameter_count(m.default_classes));
+    return m.parameter_count(m.default_classes).ok();
     #[cfg(not(feature = "builtin"))]
     {
         let _ = m;

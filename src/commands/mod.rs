@@ -5,6 +5,13 @@
 //! Layer 1, the top: may import every layer below; nothing imports it
 //! (but `main.rs`).
 mod bench;
+// What needs libtorch (trial, train, a built-in model's trials, loading a
+// TorchScript file), or a stand-in that says this build has none.
+#[cfg(feature = "builtin")]
+mod builtin;
+#[cfg(not(feature = "builtin"))]
+#[path = "no_builtin.rs"]
+mod builtin;
 mod check;
 pub mod cli;
 mod exec;
@@ -13,10 +20,6 @@ mod plan;
 pub mod preset;
 mod report;
 mod sweep;
-#[cfg(feature = "builtin")]
-mod train;
-#[cfg(feature = "builtin")]
-mod trial;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,8 +31,6 @@ use crate::error::UsageError;
 use crate::measure::command::{CommandRunner, CommandRuns};
 use crate::measure::model;
 use crate::measure::preimport::TrialStart;
-#[cfg(feature = "builtin")]
-use crate::measure::runner::BuiltInRunner;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::subject::Subject;
@@ -46,12 +47,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Sweep(args) => sweep::run(args),
         Command::Models(args) => list::models(args),
         Command::Devices(args) => list::devices(args),
-        #[cfg(feature = "builtin")]
-        Command::Trial(args) => trial::run(args),
-        #[cfg(feature = "builtin")]
-        Command::Train(args) => train::run(args),
-        #[cfg(not(feature = "builtin"))]
-        Command::Trial(_) | Command::Train(_) => Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into()),
+        Command::Trial(args) => builtin::trial(args),
+        Command::Train(args) => builtin::train(args),
         Command::Plan(args) => plan::run(args),
         Command::Check(args) => check::run(args),
         Command::Exec(args) => exec::run(args),
@@ -78,20 +75,9 @@ struct TrialSettings {
 fn trial_runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> Result<Box<dyn TrialRunner + Send>> {
     let TrialSettings { device, steps, limit, timeout, fresh_process } = how;
     Ok(match subject {
-        #[cfg(not(feature = "builtin"))]
-        Subject::BuiltIn(_) | Subject::TorchScript(_) => {
-            return Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into());
+        Subject::BuiltIn(w) | Subject::TorchScript(w) => {
+            builtin::runner(w, TrialSettings { device, steps, limit, timeout, fresh_process }, trials_dir)?
         }
-        #[cfg(feature = "builtin")]
-        Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
-            exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
-            trials_dir,
-            workload: w.clone(),
-            device,
-            steps,
-            limit,
-            timeout,
-        }),
         Subject::Command(c) => {
             let runs = CommandRuns::new(c.command.clone(), c.placeholders(), trials_dir.clone())
                 .with_context(|| format!("preparing {} and vramprobe's Python hook", trials_dir.display()))?;
@@ -138,7 +124,7 @@ fn base(args: &WorkloadArgs, preset: Option<preset::WorkloadProfile>) -> Result<
     if let (model::Source::TorchScript(_), None, Some(input)) = (model::source(&base.model)?, base.classes, &base.input)
     {
         if input.len() == 3 {
-            base.classes = Some(torchscript_classes(&base.model, input)?);
+            base.classes = Some(builtin::torchscript_classes(&base.model, input)?);
         }
     }
     Ok(base)
@@ -186,7 +172,7 @@ fn resolve(base: &Base, precision: Precision, mode: Mode) -> Result<WorkloadConf
             })?;
             let classes = match base.classes {
                 Some(c) => c,
-                None => torchscript_classes(&base.model, &input)?,
+                None => builtin::torchscript_classes(&base.model, &input)?,
             };
             (input, classes)
         }
@@ -200,40 +186,6 @@ fn resolve(base: &Base, precision: Precision, mode: Mode) -> Result<WorkloadConf
         precision,
         mode,
     })
-}
-
-/// A TorchScript model's class count: the last dimension of its output for
-/// one sample, run here on the CPU (which also proves the file loads).
-#[cfg(not(feature = "builtin"))]
-fn torchscript_classes(_model: &str, _input: &[i64]) -> Result<i64> {
-    Err(UsageError::new(crate::measure::linked::NO_BUILTIN).into())
-}
-
-/// A TorchScript model's class count (see above): needs libtorch to load it.
-#[cfg(feature = "builtin")]
-fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
-    let config = WorkloadConfig {
-        model: model.to_string(),
-        input: input.to_vec(),
-        classes: 1,
-        optimizer: OptimizerKind::Sgd,
-        lr: DEFAULT_LR,
-        precision: Precision::Fp32,
-        mode: Mode::Eval,
-    };
-    let not_a_model = |e: crate::measure::failure::StepError| {
-        UsageError::new(format!("--model {model}: not a usable TorchScript model ({})", e.message))
-    };
-    let workload =
-        crate::measure::workload::Workload::new(config, crate::record::device::Device::Cpu).map_err(not_a_model)?;
-    let shape = workload.output_shape().map_err(not_a_model)?;
-    match shape.as_slice() {
-        [1, classes] if *classes >= 1 => Ok(*classes),
-        other => Err(UsageError::new(format!(
-            "--model {model}: its output for one sample has shape {other:?}, not [1, classes]; give --classes"
-        ))
-        .into()),
-    }
 }
 
 /// One workload (check, trial): at most one precision and mode.
@@ -251,7 +203,7 @@ fn single<T: Copy>(values: &[T], option: &str) -> Result<Option<T>, UsageError> 
     }
 }
 
-const DEFAULT_LR: f64 = 1e-3;
+pub(crate) const DEFAULT_LR: f64 = 1e-3;
 
 /// The sweep's workloads, one per (optimizer, precision, mode, sequence length): a
 /// `--profile` preset, with any option given on the command line taking

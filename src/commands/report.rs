@@ -76,10 +76,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
 fn read_index(dir: &Path) -> Result<RunIndex> {
     let path = dir.join("run.json");
     if path.is_file() {
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        return serde_json::from_str(&text).map_err(|e| {
-            UsageError::new(format!("{}:{}: not a vramprobe run.json ({e})", path.display(), e.line())).into()
-        });
+        return Ok(crate::report::json::read_index(&path)?);
     }
     let folders = variant_dirs(dir)?;
     if folders.is_empty() {

@@ -2,9 +2,6 @@
 //! out-of-memory or another error, and libtorch's panics (tch panics on some
 //! errors) caught and turned into such errors, with their messages cut to
 //! one line.
-#[cfg(feature = "builtin")]
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 /// Where in the step a failure happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -18,7 +15,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// The phase's id in the allocation ledger's log (see [`crate::measure::breakdown`]).
+    /// The phase's id in the allocation ledger's log (see `measure::child::breakdown`).
     pub fn ledger_id(self) -> i32 {
         self as i32
     }
@@ -57,12 +54,12 @@ pub fn is_oom_message(message: &str) -> bool {
 }
 
 thread_local! {
-    /// Set while libtorch runs inside [`guarded`], whose panics are expected.
-    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set while libtorch runs inside `child::guarded`, whose panics are expected.
+    pub(crate) static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Installs the process's panic hook: silent for the panics tch raises on
-/// libtorch errors inside [`guarded`] (they become classified errors), and
+/// libtorch errors inside `child::guarded` (they become classified errors), and
 /// one line, without a backtrace, for anything else (a bug).
 pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
@@ -73,7 +70,7 @@ pub fn install_panic_hook() {
     }));
 }
 
-fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<String>()
         .cloned()
@@ -101,21 +98,6 @@ pub fn first_line(message: &str) -> String {
     let text = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     let text = text.strip_prefix("Internal torch error: ").unwrap_or(text);
     text.trim_end_matches(['"', ')']).to_string()
-}
-
-/// Runs `f`, converting both `Err` and a panic into a classified error.
-#[cfg(feature = "builtin")]
-pub fn guarded<T>(phase: Phase, f: impl FnOnce() -> Result<T, tch::TchError>) -> Result<T, StepError> {
-    crate::measure::shim::ledger_set_phase(phase.ledger_id());
-    let was = GUARDED.with(|g| g.replace(true));
-    let outcome = catch_unwind(AssertUnwindSafe(f));
-    GUARDED.with(|g| g.set(was));
-    let message = match outcome {
-        Ok(Ok(value)) => return Ok(value),
-        Ok(Err(e)) => e.to_string(),
-        Err(payload) => payload_text(payload.as_ref()),
-    };
-    Err(StepError { oom: is_oom_message(&message), phase, message: first_line(&message) })
 }
 
 #[cfg(test)]

@@ -3,18 +3,35 @@
 //! (`cargo install`, the Python wheel) links none and measures only the
 //! user's own command, with the user's own torch.
 
-/// The linked libtorch's version, or `None` in a build without one.
+// The C++ shim's two version calls (csrc/): here rather than in the
+// child's shim, so what both sides ask of the build stays below the child.
+#[cfg(feature = "builtin")]
+extern "C" {
+    fn vp_cuda_runtime_version() -> std::ffi::c_long;
+    fn vp_torch_version(major: *mut std::ffi::c_int, minor: *mut std::ffi::c_int, patch: *mut std::ffi::c_int);
+}
+
+/// The linked libtorch's version ("2.13.0"), or `None` in a build without one.
 pub fn torch_version() -> Option<String> {
     #[cfg(feature = "builtin")]
-    return Some(crate::measure::shim::torch_version());
+    {
+        let (mut a, mut b, mut c) = (0, 0, 0);
+        // SAFETY: three out-pointers that outlive the call.
+        unsafe { vp_torch_version(&mut a, &mut b, &mut c) };
+        Some(format!("{a}.{b}.{c}"))
+    }
     #[cfg(not(feature = "builtin"))]
     None
 }
 
-/// The CUDA runtime the linked libtorch was built for, if any.
+/// The CUDA runtime the linked libtorch was built for ("13.0"), if any.
 pub fn cuda_runtime_version() -> Option<String> {
     #[cfg(feature = "builtin")]
-    return crate::measure::shim::cuda_runtime_version();
+    {
+        // SAFETY: no arguments; the shim catches everything.
+        let v = unsafe { vp_cuda_runtime_version() };
+        (v > 0).then(|| format!("{}.{}", v / 1000, (v % 1000) / 10))
+    }
     #[cfg(not(feature = "builtin"))]
     None
 }

@@ -92,6 +92,14 @@ pub fn explain(predictions: &[GpuPrediction], at: &[u64], modelled: bool) -> Str
         .collect();
     let table = grid::render(&Rows { header: header.map(String::from).to_vec(), rows }, 2);
     let mut out = format!("Device memory predicted, part by part:\n{table}");
+    out.push_str(&footnotes(predictions, modelled));
+    out
+}
+
+/// The lines under `plan --explain`'s table: what each column is, where each
+/// GPU's context figure comes from, and what is left out.
+fn footnotes(predictions: &[GpuPrediction], modelled: bool) -> String {
+    let mut out = String::new();
     let reserved = if modelled {
         "reserved: what PyTorch's caching allocator would hold at the step's peak, by vramprobe's model of it \
          (512 B rounding, 2 MiB and 20 MiB segments, best-fit reuse, the cache kept between steps) replaying \

@@ -323,46 +323,59 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PlanEntry>, PlanError> {
                 Some(name) => not(&name),
                 None => err(line, None, e.to_string()),
             })?;
-        // Before version 4 a command's row was told by its {batch}.
-        if index("subject").is_none() {
-            row.subject = if row.model.contains(crate::record::subject::BATCH) {
-                SubjectKind::Command
-            } else if crate::record::subject::is_path(&row.model) {
-                SubjectKind::TorchScript
-            } else {
-                SubjectKind::BuiltIn
-            };
-        }
-        // 0 only where the sweep found nothing that fits (select refuses it).
-        if row.recommended_batch < 1 && !(row.recommended_batch == 0 && row.max_batch == 0) {
-            return Err(not("recommended_batch"));
-        }
-        if row.world_size == Some(0) {
-            return Err(not("world_size"));
-        }
-        match row.subject {
-            SubjectKind::Command => {
-                UserCommand::from_line(&row.model).map_err(|e| err(line, Some("model"), e.to_string()))?;
-            }
-            SubjectKind::BuiltIn | SubjectKind::TorchScript => {
-                crate::measure::model::source(&row.model).map_err(|e| err(line, Some("model"), e.to_string()))?;
-                if row.input.is_empty() {
-                    return Err(err(line, Some("input"), "empty: a model's row needs its input shape".into()));
-                }
-                if row.classes.is_none_or(|c| c < 1) {
-                    return Err(not("classes"));
-                }
-                if row.optimizer.is_none() {
-                    return Err(not("optimizer"));
-                }
-            }
-        }
+        check_row(&mut row, index("subject").is_some(), line, &not, &err)?;
         entries.push(PlanEntry { line, row });
     }
     if entries.is_empty() {
         return Err(err(1, None, "no plan rows below the header".into()));
     }
     Ok(entries)
+}
+
+/// A parsed row's own checks: its subject (told by its {batch} before
+/// version 4), its batch and world size, and what a model's row needs.
+fn check_row(
+    row: &mut PlanRow,
+    has_subject: bool,
+    line: u64,
+    not: &dyn Fn(&str) -> PlanError,
+    err: &dyn Fn(u64, Option<&str>, String) -> PlanError,
+) -> Result<(), PlanError> {
+    // Before version 4 a command's row was told by its {batch}.
+    if !has_subject {
+        row.subject = if row.model.contains(crate::record::subject::BATCH) {
+            SubjectKind::Command
+        } else if crate::record::subject::is_path(&row.model) {
+            SubjectKind::TorchScript
+        } else {
+            SubjectKind::BuiltIn
+        };
+    }
+    // 0 only where the sweep found nothing that fits (select refuses it).
+    if row.recommended_batch < 1 && !(row.recommended_batch == 0 && row.max_batch == 0) {
+        return Err(not("recommended_batch"));
+    }
+    if row.world_size == Some(0) {
+        return Err(not("world_size"));
+    }
+    match row.subject {
+        SubjectKind::Command => {
+            UserCommand::from_line(&row.model).map_err(|e| err(line, Some("model"), e.to_string()))?;
+        }
+        SubjectKind::BuiltIn | SubjectKind::TorchScript => {
+            crate::measure::model::source(&row.model).map_err(|e| err(line, Some("model"), e.to_string()))?;
+            if row.input.is_empty() {
+                return Err(err(line, Some("input"), "empty: a model's row needs its input shape".into()));
+            }
+            if row.classes.is_none_or(|c| c < 1) {
+                return Err(not("classes"));
+            }
+            if row.optimizer.is_none() {
+                return Err(not("optimizer"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Picks the row to train: `--row N` (1-based), else the first row for

@@ -12,6 +12,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::analyze::analysis::SeqSummary;
+use crate::analyze::fit::Budget;
 use crate::record::trial::Outcome;
 
 use crate::analyze::run::Report;
@@ -212,35 +213,9 @@ pub fn memory_svg(report: &Report) -> Result<String> {
                 .label(name)
                 .legend(move |(x, y)| Circle::new((x + 12, y), 5, color.filled()));
         }
-        if !failed.is_empty() {
-            // Just inside the axis' end (x_max is the boundary plus 10%).
-            let edge = x_max / 1.1 * 1.07;
-            chart
-                .draw_series(failed.iter().map(|&x| Cross::new((x.min(edge), y_max * 0.9), 8, RED.stroke_width(3))))
-                .map_err(plot_err)?
-                .label("out of memory or failed (no peak measured)")
-                .legend(|(x, y)| Cross::new((x + 12, y), 6, RED.stroke_width(3)));
-            let mut beyond: Vec<u64> = failed.iter().filter(|&&x| x > edge).map(|&x| x as u64).collect();
-            beyond.sort_unstable();
-            let beyond: Vec<String> = beyond.iter().map(u64::to_string).collect();
-            if !beyond.is_empty() {
-                let style = (FONT, 13).into_font().color(&RED).pos(Pos::new(HPos::Right, VPos::Top));
-                let text = format!("batch {} (off the axis) ", beyond.join(", "));
-                chart.draw_series(std::iter::once(Text::new(text, (edge, y_max * 0.87), style))).map_err(plot_err)?;
-            }
-        }
+        draw_failed(&mut chart, &failed, x_max, y_max)?;
         if let Some(b) = budget {
-            for (name, bytes, color) in [
-                ("capacity", b.capacity_bytes as f64, RED),
-                ("budget (capacity - margin - outside PyTorch)", b.budget_bytes as f64, GREEN_DARK),
-            ] {
-                let y = unit.of(bytes);
-                chart
-                    .draw_series(DashedLineSeries::new(vec![(0.0, y), (x_max, y)], 10, 5, color.stroke_width(2)))
-                    .map_err(plot_err)?
-                    .label(format!("{name}: {}", crate::units::human_bytes(bytes)))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
-            }
+            draw_budget(&mut chart, &b, &unit, x_max)?;
         }
         if let Some(a) = a.filter(|a| a.recommended_batch > 0) {
             marker(
@@ -272,6 +247,45 @@ pub fn memory_svg(report: &Report) -> Result<String> {
         }
         Ok(())
     })
+}
+
+/// The batches that failed, as crosses near the top; those past the axis'
+/// end (x_max is the boundary plus 10%) at its edge, named.
+fn draw_failed(chart: &mut Chart<'_, '_>, failed: &[f64], x_max: f64, y_max: f64) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let edge = x_max / 1.1 * 1.07;
+    chart
+        .draw_series(failed.iter().map(|&x| Cross::new((x.min(edge), y_max * 0.9), 8, RED.stroke_width(3))))
+        .map_err(plot_err)?
+        .label("out of memory or failed (no peak measured)")
+        .legend(|(x, y)| Cross::new((x + 12, y), 6, RED.stroke_width(3)));
+    let mut beyond: Vec<u64> = failed.iter().filter(|&&x| x > edge).map(|&x| x as u64).collect();
+    beyond.sort_unstable();
+    let beyond: Vec<String> = beyond.iter().map(u64::to_string).collect();
+    if !beyond.is_empty() {
+        let style = (FONT, 13).into_font().color(&RED).pos(Pos::new(HPos::Right, VPos::Top));
+        let text = format!("batch {} (off the axis) ", beyond.join(", "));
+        chart.draw_series(std::iter::once(Text::new(text, (edge, y_max * 0.87), style))).map_err(plot_err)?;
+    }
+    Ok(())
+}
+
+/// The capacity and the budget, as dashed lines across.
+pub(super) fn draw_budget(chart: &mut Chart<'_, '_>, b: &Budget, unit: &ByteUnit, x_max: f64) -> Result<()> {
+    for (name, bytes, color) in [
+        ("capacity", b.capacity_bytes as f64, RED),
+        ("budget (capacity - margin - outside PyTorch)", b.budget_bytes as f64, GREEN_DARK),
+    ] {
+        let y = unit.of(bytes);
+        chart
+            .draw_series(DashedLineSeries::new(vec![(0.0, y), (x_max, y)], 10, 5, color.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(format!("{name}: {}", crate::units::human_bytes(bytes)))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
+    }
+    Ok(())
 }
 
 fn fit_text(f: crate::analyze::fit::LinearFit) -> String {
@@ -429,46 +443,58 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
                 chart.draw_series(cells).map_err(plot_err)?;
             }
         }
-        for (i, &length) in lengths.iter().enumerate() {
-            let Some(run) = runs.iter().find(|r| r.subject.seq_len() == Some(length as i64)) else {
-                continue;
-            };
-            let y = i as f64 + 0.5;
-            let fits = run
-                .trials
-                .iter()
-                .filter(|t| t.outcome == Outcome::Fits)
-                .map(|t| Circle::new((t.batch as f64, y), 5, BLACK.filled()));
-            chart.draw_series(fits).map_err(plot_err)?;
-            let failed = run
-                .trials
-                .iter()
-                .filter(|t| t.outcome != Outcome::Fits)
-                .map(|t| Cross::new((t.batch as f64, y), 7, BLACK.stroke_width(3)));
-            chart.draw_series(failed).map_err(plot_err)?;
-        }
-        for (i, row) in summary.lengths.iter().enumerate() {
-            if row.max_batch == 0 {
-                continue;
-            }
-            let x = row.max_batch as f64;
-            chart
-                .draw_series(std::iter::once(PathElement::new(
-                    vec![(x, i as f64 + 0.08), (x, i as f64 + 0.92)],
-                    BLACK.stroke_width(3),
-                )))
-                .map_err(plot_err)?;
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    format!(" max {} (measured) ", row.max_batch),
-                    (x, i as f64 + 0.8),
-                    (FONT, 14)
-                        .into_font()
-                        .color(&BLACK)
-                        .pos(Pos::new(if x > 0.6 * x_max { HPos::Right } else { HPos::Left }, VPos::Center)),
-                )))
-                .map_err(plot_err)?;
-        }
+        draw_seq_trials(&mut chart, &lengths, runs)?;
+        draw_seq_max(&mut chart, summary, x_max)?;
         Ok(())
     })
+}
+
+/// Each length's trials on its row: a dot where it fit, a cross where not.
+fn draw_seq_trials(chart: &mut Chart<'_, '_>, lengths: &[u64], runs: &[&Report]) -> Result<()> {
+    for (i, &length) in lengths.iter().enumerate() {
+        let Some(run) = runs.iter().find(|r| r.subject.seq_len() == Some(length as i64)) else {
+            continue;
+        };
+        let y = i as f64 + 0.5;
+        let fits = run
+            .trials
+            .iter()
+            .filter(|t| t.outcome == Outcome::Fits)
+            .map(|t| Circle::new((t.batch as f64, y), 5, BLACK.filled()));
+        chart.draw_series(fits).map_err(plot_err)?;
+        let failed = run
+            .trials
+            .iter()
+            .filter(|t| t.outcome != Outcome::Fits)
+            .map(|t| Cross::new((t.batch as f64, y), 7, BLACK.stroke_width(3)));
+        chart.draw_series(failed).map_err(plot_err)?;
+    }
+    Ok(())
+}
+
+/// Each length's measured max, as a bar across its row, named.
+fn draw_seq_max(chart: &mut Chart<'_, '_>, summary: &SeqSummary, x_max: f64) -> Result<()> {
+    for (i, row) in summary.lengths.iter().enumerate() {
+        if row.max_batch == 0 {
+            continue;
+        }
+        let x = row.max_batch as f64;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x, i as f64 + 0.08), (x, i as f64 + 0.92)],
+                BLACK.stroke_width(3),
+            )))
+            .map_err(plot_err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!(" max {} (measured) ", row.max_batch),
+                (x, i as f64 + 0.8),
+                (FONT, 14)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(if x > 0.6 * x_max { HPos::Right } else { HPos::Left }, VPos::Center)),
+            )))
+            .map_err(plot_err)?;
+    }
+    Ok(())
 }

@@ -10,7 +10,7 @@ use crate::record::breakdown::{Breakdown, Category};
 use crate::record::trial::{Outcome, TrialResult};
 use crate::units::human_bytes;
 
-use super::plot::{chart, plot_err, svg, title_name, ByteUnit, FONT, GREY, SIZE};
+use super::plot::{chart, draw_budget, plot_err, svg, title_name, ByteUnit, Chart, FONT, GREY, SIZE};
 use crate::analyze::run::Report;
 
 fn color(c: Category) -> RGBColor {
@@ -64,50 +64,11 @@ fn draw(report: &Report, trial: &TrialResult, b: &Breakdown) -> Result<String> {
     svg(|root| {
         let mut chart =
             chart(root, title, (x_max, "time into the step (ms)"), (y_max, &format!("memory ({})", unit.name)))?;
-        // Stacked: draw each category's running total from the top down, so
-        // the smaller totals paint over the larger.
-        for k in (0..Category::ALL.len()).rev() {
-            let c = Category::ALL[k];
-            let top = |p: &crate::record::breakdown::TimelinePoint| {
-                unit.of(Category::ALL[..=k].iter().map(|&q| p.1.get(q)).sum::<u64>() as f64)
-            };
-            // Memory holds between events: a step line.
-            let mut line = Vec::with_capacity(b.timeline.len() * 2);
-            for (i, p) in b.timeline.iter().enumerate() {
-                if i > 0 {
-                    line.push((p.0, top(&b.timeline[i - 1])));
-                }
-                line.push((p.0, top(p)));
-            }
-            let fill = color(c);
-            chart
-                .draw_series(AreaSeries::new(line, 0.0, fill.mix(0.85)))
-                .map_err(plot_err)?
-                .label(format!("{} ({} at the peak)", c.label(), human_bytes(b.bytes.get(c) as f64)))
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], fill.filled()));
-        }
+        draw_stack(&mut chart, b, &unit)?;
         if let Some(x) = on_scale {
-            for (name, bytes, c) in [
-                ("capacity", x.capacity_bytes as f64, RED),
-                ("budget (capacity - margin - outside PyTorch)", x.budget_bytes as f64, RGBColor(0, 140, 60)),
-            ] {
-                let y = unit.of(bytes);
-                chart
-                    .draw_series(DashedLineSeries::new(vec![(0.0, y), (x_max, y)], 10, 5, c.stroke_width(2)))
-                    .map_err(plot_err)?
-                    .label(format!("{name}: {}", human_bytes(bytes)))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(2)));
-            }
+            draw_budget(&mut chart, &x, &unit, x_max)?;
         }
-        let (px, py) = (b.peak_ms, unit.of(peak));
-        chart
-            .draw_series(DashedLineSeries::new(vec![(px, 0.0), (px, py)], 6, 4, BLACK.stroke_width(1)))
-            .map_err(plot_err)?;
-        chart.draw_series(std::iter::once(Circle::new((px, py), 6, BLACK.filled()))).map_err(plot_err)?;
-        let anchor = if px > 0.5 * x_max { HPos::Right } else { HPos::Left };
-        let style = (FONT, 15).into_font().color(&BLACK).pos(Pos::new(anchor, VPos::Bottom));
-        let label = format!(" peak {} ", human_bytes(peak));
-        chart.draw_series(std::iter::once(Text::new(label, (px, py * 1.01), style))).map_err(plot_err)?;
+        draw_peak(&mut chart, b, &unit, x_max)?;
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
@@ -136,4 +97,44 @@ fn draw(report: &Report, trial: &TrialResult, b: &Breakdown) -> Result<String> {
         }
         Ok(())
     })
+}
+
+/// The categories stacked: each one's running total drawn from the top
+/// down, so the smaller totals paint over the larger.
+fn draw_stack(chart: &mut Chart<'_, '_>, b: &Breakdown, unit: &ByteUnit) -> Result<()> {
+    for k in (0..Category::ALL.len()).rev() {
+        let c = Category::ALL[k];
+        let top = |p: &crate::record::breakdown::TimelinePoint| {
+            unit.of(Category::ALL[..=k].iter().map(|&q| p.1.get(q)).sum::<u64>() as f64)
+        };
+        // Memory holds between events: a step line.
+        let mut line = Vec::with_capacity(b.timeline.len() * 2);
+        for (i, p) in b.timeline.iter().enumerate() {
+            if i > 0 {
+                line.push((p.0, top(&b.timeline[i - 1])));
+            }
+            line.push((p.0, top(p)));
+        }
+        let fill = color(c);
+        chart
+            .draw_series(AreaSeries::new(line, 0.0, fill.mix(0.85)))
+            .map_err(plot_err)?
+            .label(format!("{} ({} at the peak)", c.label(), human_bytes(b.bytes.get(c) as f64)))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], fill.filled()));
+    }
+    Ok(())
+}
+
+/// The peak: a dashed drop to the axis, a dot, its size.
+fn draw_peak(chart: &mut Chart<'_, '_>, b: &Breakdown, unit: &ByteUnit, x_max: f64) -> Result<()> {
+    let (px, py) = (b.peak_ms, unit.of(b.peak_bytes as f64));
+    chart
+        .draw_series(DashedLineSeries::new(vec![(px, 0.0), (px, py)], 6, 4, BLACK.stroke_width(1)))
+        .map_err(plot_err)?;
+    chart.draw_series(std::iter::once(Circle::new((px, py), 6, BLACK.filled()))).map_err(plot_err)?;
+    let anchor = if px > 0.5 * x_max { HPos::Right } else { HPos::Left };
+    let style = (FONT, 15).into_font().color(&BLACK).pos(Pos::new(anchor, VPos::Bottom));
+    let label = format!(" peak {} ", human_bytes(b.peak_bytes as f64));
+    chart.draw_series(std::iter::once(Text::new(label, (px, py * 1.01), style))).map_err(plot_err)?;
+    Ok(())
 }

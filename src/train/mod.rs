@@ -14,10 +14,10 @@ use anyhow::{bail, Context, Result};
 use checkpoint::RunState;
 
 use crate::error::Interrupted;
-use crate::measure::data::{epoch_order, Dataset};
+use crate::measure::child::data::{epoch_order, Dataset};
 use crate::measure::failure::{is_oom_message, Phase, StepError};
-use crate::measure::meter::MemoryMeter;
-use crate::measure::workload::Workload;
+use crate::measure::child::meter::MemoryMeter;
+use crate::measure::child::workload::Workload;
 use crate::record::device::Device;
 use crate::record::trial::StepRecord;
 use crate::record::workload::OptimizerKind;
@@ -236,7 +236,7 @@ impl Trainer<'_> {
     /// effective batch; at micro-batch 1 there is nothing left to halve.
     fn back_off(&mut self, e: &StepError, in_update: bool) -> Result<()> {
         if let Device::Cuda(_) = self.cfg.device {
-            let _ = crate::measure::shim::cuda_empty_cache();
+            let _ = crate::measure::child::shim::cuda_empty_cache();
         }
         let next_step = self.cursor.step + 1;
         if self.micro == 1 {

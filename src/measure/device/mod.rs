@@ -24,15 +24,6 @@ pub fn capacity_limit(device: Device, capacity: Option<u64>) -> Result<CapacityL
     })
 }
 
-/// libtorch's name for a device.
-#[cfg(feature = "builtin")]
-pub fn tch_device(device: Device) -> tch::Device {
-    match device {
-        Device::Cpu => tch::Device::Cpu,
-        Device::Cuda(i) => tch::Device::Cuda(i),
-    }
-}
-
 /// Resolves `--device` against what this machine has. `auto` falls back to
 /// the CPU with a note; an explicit CUDA device that is missing is an error.
 pub fn resolve(request: DeviceRequest) -> Result<(Device, Option<String>), UsageError> {

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::signal_name;
 use crate::measure::device::nvml::Nvml;
-use crate::record::trial::{Message, Outcome, StepRecord, TrialResult, TrialSpec, PROTOCOL_VERSION, SPEC_FILE};
+use crate::record::trial::{
+    Message, Outcome, StartRecord, StepRecord, TrialResult, TrialSpec, PROTOCOL_VERSION, SPEC_FILE,
+};
 use ranks::{Ended, Ranks, Source};
 
 /// A kind of trial: the child process that runs one batch. Every kind
@@ -404,24 +406,7 @@ impl Reading<'_> {
             }
         };
         match message {
-            Message::Start(start) => {
-                // The trial's device and parameters: the lowest rank's.
-                let lowest = match source {
-                    Source::Main => !self.ranks.distributed(),
-                    Source::Rank(r) => (0..r).all(|q| self.ranks.start_of(Source::Rank(q)).is_none()),
-                };
-                if lowest {
-                    let r = &mut *self.result;
-                    r.parameters = Some(start.parameters);
-                    r.parameter_bytes = Some(start.parameter_bytes);
-                    r.layers = start.layers;
-                    r.baseline_bytes = start.baseline_bytes;
-                    r.device_name = Some(start.device_name.clone());
-                    r.device_total_bytes = start.device_total_bytes;
-                    r.step_mark = start.step_mark.or(r.step_mark);
-                }
-                self.ranks.start(source, *start);
-            }
+            Message::Start(start) => self.started(source, *start),
             Message::Progress { step, step_seconds } => {
                 if self.ranks.counts(source) {
                     self.steps_seen = self.steps_seen.max(step);
@@ -435,25 +420,7 @@ impl Reading<'_> {
                     });
                 }
             }
-            Message::Step(mut rec) => {
-                if !self.ranks.counts(source) {
-                    return;
-                }
-                self.steps_seen = self.steps_seen.max(rec.step);
-                let start = self.ranks.start_of(source);
-                rec.trial = self.result.trial;
-                if let Source::Rank(r) = source {
-                    rec.rank = Some(r);
-                    rec.world_size = start.and_then(|s| s.world_size);
-                }
-                if let Some((nvml, index)) = &self.nvml {
-                    let pid = start.and_then(|s| s.pid).unwrap_or(self.measured);
-                    let index = start.and_then(|s| s.device_index).unwrap_or(*index);
-                    rec.set_nvml(nvml.read_for(index, pid));
-                }
-                on_step(&rec);
-                self.result.steps.push(*rec);
-            }
+            Message::Step(rec) => self.stepped(source, *rec, on_step),
             Message::Breakdown { step, breakdown } => {
                 let rank = match source {
                     Source::Rank(r) => Some(r),
@@ -473,6 +440,46 @@ impl Reading<'_> {
                 self.ranks.end(source, Ended { outcome, message, failed_step })
             }
         }
+    }
+
+    /// A process started: the trial's device and parameters are the lowest rank's.
+    fn started(&mut self, source: Source, start: StartRecord) {
+        let lowest = match source {
+            Source::Main => !self.ranks.distributed(),
+            Source::Rank(r) => (0..r).all(|q| self.ranks.start_of(Source::Rank(q)).is_none()),
+        };
+        if lowest {
+            let r = &mut *self.result;
+            r.parameters = Some(start.parameters);
+            r.parameter_bytes = Some(start.parameter_bytes);
+            r.layers = start.layers;
+            r.baseline_bytes = start.baseline_bytes;
+            r.device_name = Some(start.device_name.clone());
+            r.device_total_bytes = start.device_total_bytes;
+            r.step_mark = start.step_mark.or(r.step_mark);
+        }
+        self.ranks.start(source, start);
+    }
+
+    /// A step's record: its rank, and NVML's reading of the process's device.
+    fn stepped(&mut self, source: Source, mut rec: StepRecord, on_step: &mut impl FnMut(&StepRecord)) {
+        if !self.ranks.counts(source) {
+            return;
+        }
+        self.steps_seen = self.steps_seen.max(rec.step);
+        let start = self.ranks.start_of(source);
+        rec.trial = self.result.trial;
+        if let Source::Rank(r) = source {
+            rec.rank = Some(r);
+            rec.world_size = start.and_then(|s| s.world_size);
+        }
+        if let Some((nvml, index)) = &self.nvml {
+            let pid = start.and_then(|s| s.pid).unwrap_or(self.measured);
+            let index = start.and_then(|s| s.device_index).unwrap_or(*index);
+            rec.set_nvml(nvml.read_for(index, pid));
+        }
+        on_step(&rec);
+        self.result.steps.push(rec);
     }
 }
 

@@ -8,7 +8,8 @@ use anyhow::{Context, Result};
 
 use crate::commands::cli::TrialArgs;
 use crate::error::UsageError;
-use crate::measure::{device, trial};
+use crate::measure::child::trial;
+use crate::measure::device;
 use crate::record::device::{CapacityLimit, DeviceRequest};
 use crate::record::trial::{TrialSpec, PROTOCOL_VERSION, RECORDS_FILE};
 
@@ -23,7 +24,7 @@ fn spec_of(args: &TrialArgs) -> Result<TrialSpec> {
     let (device, _) = device::resolve(request)?;
     let limit = CapacityLimit { cpu_bytes: args.cpu_limit, cuda_fraction: None };
     Ok(TrialSpec {
-        workload: Some(super::workload_config(&args.workload)?),
+        workload: Some(crate::commands::workload_config(&args.workload)?),
         // By hand, the whole record: every step broken down.
         breakdown: true,
         ..TrialSpec::new(batch, args.steps, device, limit)

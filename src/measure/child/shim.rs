@@ -29,7 +29,6 @@ extern "C" {
     fn vp_cuda_empty_cache(err: *mut c_char, len: usize) -> c_int;
     fn vp_cuda_mem_info(device: c_int, free: *mut i64, total: *mut i64, err: *mut c_char, len: usize) -> c_int;
     fn vp_cuda_synchronize(device: c_int, err: *mut c_char, len: usize) -> c_int;
-    fn vp_cuda_runtime_version() -> c_long;
     fn vp_host_tracking_start(err: *mut c_char, len: usize) -> c_int;
     fn vp_host_stats(out: *mut RawStat);
     fn vp_host_reset_peak();
@@ -63,7 +62,6 @@ extern "C" {
     fn vp_autocast_enter(cuda: c_int, bf16: c_int, err: *mut c_char, len: usize) -> c_int;
     fn vp_autocast_exit(cuda: c_int, err: *mut c_char, len: usize) -> c_int;
     fn vp_jit_set_optimize(on: c_int, err: *mut c_char, len: usize) -> c_int;
-    fn vp_torch_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int);
 }
 
 /// A C++ exception caught inside the shim.
@@ -143,13 +141,6 @@ pub fn cuda_mem_info(device: usize) -> Result<(u64, u64), ShimError> {
     // SAFETY: both out-pointers outlive the call.
     call(|e, n| unsafe { vp_cuda_mem_info(device as c_int, &mut free, &mut total, e, n) })?;
     Ok((free.max(0) as u64, total.max(0) as u64))
-}
-
-/// The CUDA runtime version libtorch was built with, as "13.0".
-pub fn cuda_runtime_version() -> Option<String> {
-    // SAFETY: no arguments; the shim catches everything.
-    let v = unsafe { vp_cuda_runtime_version() };
-    (v > 0).then(|| format!("{}.{}", v / 1000, (v % 1000) / 10))
 }
 
 /// Starts exact host allocation tracking on the calling thread. Allocations
@@ -297,12 +288,4 @@ pub fn autocast_exit(cuda: bool) -> Result<(), ShimError> {
 pub fn jit_set_optimize(on: bool) -> Result<(), ShimError> {
     // SAFETY: plain call; errors come back through the buffer.
     call(|e, n| unsafe { vp_jit_set_optimize(on as c_int, e, n) })
-}
-
-/// The libtorch version this binary was built against, as "2.13.0".
-pub fn torch_version() -> String {
-    let (mut a, mut b, mut c) = (0, 0, 0);
-    // SAFETY: three out-pointers that outlive the call.
-    unsafe { vp_torch_version(&mut a, &mut b, &mut c) };
-    format!("{a}.{b}.{c}")
 }

@@ -2,7 +2,7 @@
 //! [`StepRecord`]: the host tracker on the CPU, the caching allocator and
 //! NVML on CUDA.
 use crate::measure::device::{cpu, nvml::Nvml};
-use crate::measure::shim;
+use crate::measure::child::shim;
 use crate::record::device::Device;
 use crate::record::trial::StepRecord;
 

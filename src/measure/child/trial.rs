@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::measure::device::caching_allocator::CachingAllocator;
 use crate::measure::failure::StepError;
-use crate::measure::meter::MemoryMeter;
-use crate::measure::workload::Workload;
-use crate::measure::{breakdown, shim};
+use crate::measure::child::meter::MemoryMeter;
+use crate::measure::child::workload::{PhaseTimes, Workload};
+use crate::measure::child::{breakdown, shim};
 use crate::record::device::Device;
 use crate::record::trial::{Message, Outcome, StartRecord, StepRecord, StepTrace, TrialSpec, PROTOCOL_VERSION};
 
@@ -60,8 +60,8 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             ..StartRecord::default()
         })),
     )?;
-    // TEST-ONLY: faults the fault-matrix tests inject (see crate::measure::fault).
-    let fault = match crate::measure::fault::from_env() {
+    // TEST-ONLY: faults the fault-matrix tests inject (see crate::measure::child::fault).
+    let fault = match crate::measure::child::fault::from_env() {
         Ok(f) => f,
         Err(message) => bail!(message),
     };
@@ -69,7 +69,7 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
     // model of CUDA's caching allocator, its cache kept from step to step.
     let mut cuda_model = (spec.device == Device::Cpu).then(CachingAllocator::new);
     for step in 1..=spec.steps {
-        crate::measure::fault::at_step(fault, spec.batch, step);
+        crate::measure::child::fault::at_step(fault, spec.batch, step);
         meter.reset_peak();
         shim::ledger_begin_step();
         let started = Instant::now();
@@ -78,42 +78,58 @@ pub fn run(spec: &TrialSpec, out: &mut impl Write) -> Result<()> {
             Err(e) => return end(out, &e, Some(step)),
         };
         let wall = started.elapsed().as_secs_f64();
-        let (baseline, events) = shim::ledger_end_step();
-        let mut rec = StepRecord {
-            step,
-            batch: spec.batch,
-            step_seconds: wall,
-            data_seconds: Some(times.data),
-            forward_seconds: Some(times.forward),
-            backward_seconds: Some(times.backward),
-            optimizer_seconds: Some(times.optimizer),
-            samples_per_second: if wall > 0.0 { spec.batch as f64 / wall } else { 0.0 },
-            ..StepRecord::default()
-        };
-        meter.read_into(&mut rec);
-        let marks = workload.breakdown_marks();
-        // In the meter's units (on CUDA the allocator rounds what the ledger logs).
-        let phases = breakdown::phase_peaks(&baseline, &events, marks.backward_end).scaled_to(rec.peak_allocated_bytes);
-        rec.forward_backward_peak_bytes = Some(phases.forward_backward_bytes);
-        rec.optimizer_peak_bytes = Some(phases.optimizer_bytes);
-        if let Some(model) = cuda_model.as_mut() {
-            let live = baseline.iter().map(|l| (l.ptr, l.size.max(0) as u64));
-            let trace = events.iter().map(|e| (e.ptr, e.size));
-            // Unbounded: the model cannot run out, so every step has its prediction.
-            rec.predicted_cuda_peak_reserved_bytes = model.replay_step(live, trace).ok();
-            if spec.trace && step == spec.steps {
-                rec.trace = Some(Box::new(StepTrace {
-                    live: baseline.iter().map(|l| (l.ptr, l.size.max(0) as u64)).collect(),
-                    events: events.iter().map(|e| (e.ptr, e.size, e.op)).collect(),
-                }));
-            }
-        }
-        if spec.breakdown {
-            let breakdown =
-                breakdown::from_ledger(&baseline, &events, &marks, rec.peak_allocated_bytes, shim::ledger_op_name);
-            rec.breakdown = Some(Box::new(breakdown));
-        }
+        let rec = step_record(spec, step, wall, &times, &meter, &workload, cuda_model.as_mut());
         emit(out, &Message::Step(Box::new(rec)))?;
     }
     emit(out, &Message::End { outcome: Outcome::Fits, message: None, failed_step: None })
+}
+
+/// Step `step`'s record: its times, the meter's readings, its peak split at
+/// the optimizer step, on the CPU what CUDA's allocator would reserve for
+/// it (`cuda_model`) and the last step's trace, and the breakdown if asked.
+fn step_record(
+    spec: &TrialSpec,
+    step: u32,
+    wall: f64,
+    times: &PhaseTimes,
+    meter: &MemoryMeter,
+    workload: &Workload,
+    cuda_model: Option<&mut CachingAllocator>,
+) -> StepRecord {
+    let (baseline, events) = shim::ledger_end_step();
+    let mut rec = StepRecord {
+        step,
+        batch: spec.batch,
+        step_seconds: wall,
+        data_seconds: Some(times.data),
+        forward_seconds: Some(times.forward),
+        backward_seconds: Some(times.backward),
+        optimizer_seconds: Some(times.optimizer),
+        samples_per_second: if wall > 0.0 { spec.batch as f64 / wall } else { 0.0 },
+        ..StepRecord::default()
+    };
+    meter.read_into(&mut rec);
+    let marks = workload.breakdown_marks();
+    // In the meter's units (on CUDA the allocator rounds what the ledger logs).
+    let phases = breakdown::phase_peaks(&baseline, &events, marks.backward_end).scaled_to(rec.peak_allocated_bytes);
+    rec.forward_backward_peak_bytes = Some(phases.forward_backward_bytes);
+    rec.optimizer_peak_bytes = Some(phases.optimizer_bytes);
+    if let Some(model) = cuda_model {
+        let live = baseline.iter().map(|l| (l.ptr, l.size.max(0) as u64));
+        let trace = events.iter().map(|e| (e.ptr, e.size));
+        // Unbounded: the model cannot run out, so every step has its prediction.
+        rec.predicted_cuda_peak_reserved_bytes = model.replay_step(live, trace).ok();
+        if spec.trace && step == spec.steps {
+            rec.trace = Some(Box::new(StepTrace {
+                live: baseline.iter().map(|l| (l.ptr, l.size.max(0) as u64)).collect(),
+                events: events.iter().map(|e| (e.ptr, e.size, e.op)).collect(),
+            }));
+        }
+    }
+    if spec.breakdown {
+        let breakdown =
+            breakdown::from_ledger(&baseline, &events, &marks, rec.peak_allocated_bytes, shim::ledger_op_name);
+        rec.breakdown = Some(Box::new(breakdown));
+    }
+    rec
 }

@@ -22,7 +22,7 @@ pub struct Scripted {
 /// Loads `file` with its parameters under `p` (on `p`'s device), converted
 /// to bfloat16 when `bf16`.
 pub fn load(file: &Path, p: &nn::Path, bf16: bool) -> Result<Scripted, TchError> {
-    crate::measure::shim::jit_set_optimize(false).map_err(|e| TchError::Torch(e.0))?;
+    crate::measure::child::shim::jit_set_optimize(false).map_err(|e| TchError::Torch(e.0))?;
     let mut module = CModule::load_on_device(file, p.device())?;
     if bf16 {
         module.to(p.device(), Kind::BFloat16, false);

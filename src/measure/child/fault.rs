@@ -111,7 +111,7 @@ pub fn before(phase: Phase) -> Result<(), tch::TchError> {
     if armed == code(phase) {
         ARMED.store(NONE, Ordering::SeqCst);
         // The next allocation in this phase fails inside libtorch.
-        crate::measure::shim::cpu_limit_install(1).map_err(|e| tch::TchError::Torch(e.to_string()))?;
+        crate::measure::child::shim::cpu_limit_install(1).map_err(|e| tch::TchError::Torch(e.to_string()))?;
     } else if armed == ERROR && phase == Phase::Forward {
         ARMED.store(NONE, Ordering::SeqCst);
         // A real libtorch error that is not an OOM: incompatible shapes.

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use crate::measure::failure::Phase;
-use crate::measure::shim::{LedgerEvent, LedgerLive};
+use crate::measure::child::shim::{LedgerEvent, LedgerLive};
 use crate::record::breakdown::{Breakdown, Category, CategoryBytes, Method, PeakPhase, TimelinePoint, TIMELINE_POINTS};
 use crate::record::trial::PhasePeaks;
 
@@ -34,7 +34,7 @@ fn phase_label(id: i32) -> Option<PeakPhase> {
 }
 
 /// What vramprobe knows about the tensors of one step, with the log
-/// positions ([`crate::measure::shim::ledger_events_len`]) where it looked.
+/// positions ([`crate::measure::child::shim::ledger_events_len`]) where it looked.
 #[derive(Debug, Clone, Default)]
 pub struct Marks {
     /// Parameter addresses (live before the step).

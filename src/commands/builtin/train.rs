@@ -3,10 +3,10 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::commands::cli::TrainArgs;
 use crate::error::UsageError;
-use crate::measure::data::Dataset;
+use crate::measure::child::data::Dataset;
 use crate::measure::device;
-use crate::measure::meter::MemoryMeter;
-use crate::measure::workload::Workload;
+use crate::measure::child::meter::MemoryMeter;
+use crate::measure::child::workload::Workload;
 use crate::record::device::Device;
 use crate::record::workload::{Mode, WorkloadConfig};
 use crate::report::plan_file;
@@ -48,7 +48,7 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     }
     if let Some(capacity) = args.capacity {
         match device {
-            Device::Cpu => crate::measure::shim::cpu_limit_install(capacity).map_err(|e| anyhow!("{e}"))?,
+            Device::Cpu => crate::measure::child::shim::cpu_limit_install(capacity).map_err(|e| anyhow!("{e}"))?,
             Device::Cuda(_) => bail!(UsageError::new("train --capacity is implemented on the CPU only for now")),
         }
     }

@@ -7,7 +7,7 @@
 //! `zero_grad()` does by default.
 use tch::{nn, Kind, TchError, Tensor};
 
-use crate::measure::shim;
+use crate::measure::child::shim;
 use crate::record::device::Device;
 use crate::record::workload::OptimizerKind;
 

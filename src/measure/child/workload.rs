@@ -5,11 +5,13 @@ use std::time::Instant;
 
 use tch::{nn, Kind, Reduction, Tensor};
 
-use crate::measure::breakdown::Marks;
-use crate::measure::failure::{guarded, Phase, StepError};
-use crate::measure::model::{self, InputKind, Network};
-use crate::measure::optim::Optimizer;
-use crate::measure::shim;
+use crate::measure::child::breakdown::Marks;
+use crate::measure::child::guarded;
+use crate::measure::failure::{Phase, StepError};
+use crate::measure::child::networks::{self, Network};
+use crate::measure::model::{self, InputKind};
+use crate::measure::child::optim::Optimizer;
+use crate::measure::child::shim;
 use crate::record::device::Device;
 use crate::record::workload::{AutocastDtype, Mode, Precision, WorkloadConfig};
 
@@ -34,7 +36,7 @@ pub struct Pass {
     pub loss: f64,
     pub forward_seconds: f64,
     pub backward_seconds: f64,
-    _held: (model::Outputs, Tensor),
+    _held: (networks::Outputs, Tensor),
 }
 
 /// A model, its variables and its optimizer on one device. The sweep and the
@@ -97,7 +99,7 @@ impl Workload {
         let source =
             model::source(&name).map_err(|e| StepError { oom: false, phase: Phase::Build, message: e.to_string() })?;
         guarded(Phase::Build, || {
-            let mut vs = nn::VarStore::new(crate::measure::device::tch_device(device));
+            let mut vs = nn::VarStore::new(crate::measure::child::tch_device(device));
             let net = source.build(&vs.root(), config.classes, config.precision == Precision::Bf16)?;
             if config.precision == Precision::Bf16 {
                 vs.bfloat16();
@@ -126,7 +128,7 @@ impl Workload {
     }
 
     pub fn parameters(&self) -> i64 {
-        model::parameter_count(&self.vs)
+        networks::parameter_count(&self.vs)
     }
 
     /// Weight tensors of two or more dimensions (see [`crate::record::trial::StartRecord::layers`]).
@@ -157,7 +159,7 @@ impl Workload {
 
     fn sync(&self) -> Result<(), tch::TchError> {
         if let Device::Cuda(i) = self.device {
-            crate::measure::shim::cuda_synchronize(i).map_err(|e| tch::TchError::Torch(e.0))?;
+            crate::measure::child::shim::cuda_synchronize(i).map_err(|e| tch::TchError::Torch(e.0))?;
         }
         Ok(())
     }
@@ -188,11 +190,11 @@ impl Workload {
     /// Random inputs and labels of the workload's shape, made on the device:
     /// images and a class each, or token ids and the next token at each position.
     pub fn random_batch(&self, batch: u64) -> Result<(Tensor, Tensor), StepError> {
-        let dev = crate::measure::device::tch_device(self.device);
+        let dev = crate::measure::child::tch_device(self.device);
         let mut shape = vec![batch as i64];
         shape.extend_from_slice(&self.config.input);
         guarded(Phase::Data, || {
-            crate::measure::fault::before(Phase::Data)?;
+            crate::measure::child::fault::before(Phase::Data)?;
             let batch_out = match self.input_kind {
                 InputKind::Image => (
                     Tensor::f_randn(shape.as_slice(), (self.input_float_kind(), dev))?,
@@ -209,7 +211,7 @@ impl Workload {
     }
 
     /// The forward pass, inside an autocast region for the mixed-precision modes.
-    fn forward(&self, xs: &Tensor, train: bool) -> Result<model::Outputs, tch::TchError> {
+    fn forward(&self, xs: &Tensor, train: bool) -> Result<networks::Outputs, tch::TchError> {
         let _autocast = Autocast::enter(self.config.precision, self.device)?;
         self.net.forward(xs, train)
     }
@@ -240,7 +242,7 @@ impl Workload {
     pub fn forward_backward(&mut self, xs: &Tensor, ys: &Tensor, scale: f64) -> Result<Pass, StepError> {
         let t0 = Instant::now();
         let (outputs, loss) = guarded(Phase::Forward, || {
-            crate::measure::fault::before(Phase::Forward)?;
+            crate::measure::child::fault::before(Phase::Forward)?;
             // The loss is computed inside the autocast region, as in PyTorch's AMP recipe.
             let _autocast = Autocast::enter(self.config.precision, self.device)?;
             let out = self.net.forward(xs, self.train)?;
@@ -257,7 +259,7 @@ impl Workload {
         self.marks.forward_end = shim::ledger_events_len();
         let scale = scale * self.scaler.map_or(1.0, |s| s.scale);
         let value = guarded(Phase::Backward, || {
-            crate::measure::fault::before(Phase::Backward)?;
+            crate::measure::child::fault::before(Phase::Backward)?;
             let scaled = if scale == 1.0 { loss.shallow_clone() } else { loss.f_mul_scalar(scale)? };
             scaled.f_backward()?;
             self.sync()?;
@@ -277,7 +279,7 @@ impl Workload {
     pub fn optimizer_step(&mut self) -> Result<f64, StepError> {
         let t0 = Instant::now();
         guarded(Phase::Optimizer, || {
-            crate::measure::fault::before(Phase::Optimizer)?;
+            crate::measure::child::fault::before(Phase::Optimizer)?;
             let finite = match &mut self.scaler {
                 Some(scaler) => {
                     let finite = self.optimizer.unscale_grads(1.0 / scaler.scale)?;
@@ -350,7 +352,7 @@ impl Workload {
         params.iter().map(Tensor::grad).filter(Tensor::defined).map(|g| g.data_ptr() as u64).collect()
     }
 
-    /// The last step's marks for its breakdown ([`crate::measure::breakdown::from_ledger`]),
+    /// The last step's marks for its breakdown ([`crate::measure::child::breakdown::from_ledger`]),
     /// with the parameters', gradients' and optimizer state's addresses now.
     /// Call it after the step's log has ended: it allocates nothing itself.
     pub fn breakdown_marks(&self) -> Marks {
