@@ -1,106 +1,24 @@
 //! `vramprobe sweep`: validate, run the sweep, print the summary.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 
 use crate::analyze::analysis;
-use crate::analyze::fit::Fit;
 use crate::analyze::note::Note;
 use crate::analyze::run::{Report, RunIndex};
 use crate::commands::cli::SweepArgs;
 use crate::error::{Interrupted, UsageError};
-use crate::measure::runner::{self, TrialRunner};
+use crate::measure::runner::TrialRunner;
 use crate::measure::{device, environment};
 use crate::record::device::{Device, DeviceRequest};
 use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
-use crate::record::trial::{Outcome, StepRecord, TrialResult};
-use crate::report::progress::Status;
+use crate::record::trial::Outcome;
 use crate::report::{self, output, table};
 use crate::sweep::variants::{Across, DeviceRun};
-use crate::sweep::{self, BatchChoice, Sink, SweepConfig};
+use crate::report::sink::{Lines, Prefixed, Sink};
+use crate::sweep::{self, BatchChoice, SweepConfig};
 use crate::units::human_bytes;
-
-/// One line per trial on stderr (stdout is kept for the summary), and on a
-/// terminal a live status line: trial, batch, phase, last peak, elapsed.
-struct Lines {
-    /// The run's folder, rewritten after every trial.
-    dir: PathBuf,
-    status: Status,
-    steps: u32,
-    trial: u32,
-    batch: u64,
-    last_peak: Option<u64>,
-}
-
-impl Lines {
-    fn new(quiet: bool, steps: u32, dir: &Path) -> Lines {
-        Lines {
-            dir: dir.to_path_buf(),
-            status: Status::new(quiet, None, "{spinner} [{elapsed_precise}] {msg}"),
-            steps,
-            trial: 0,
-            batch: 0,
-            last_peak: None,
-        }
-    }
-
-    fn show(&self, phase: &str) {
-        let peak = self.last_peak.map_or("-".into(), |b| human_bytes(b as f64));
-        self.status.update(format!("trial {}  batch {}  {phase}  last peak {peak}", self.trial, self.batch));
-    }
-}
-
-impl Sink for Lines {
-    fn trial_started(&mut self, trial: u32, batch: u64) {
-        (self.trial, self.batch) = (trial, batch);
-        self.show("starting the child");
-    }
-
-    fn rehearsing(&mut self, batch: u64) {
-        self.batch = batch;
-        self.status.line(&format!(
-            "rehearsing the whole job at batch {batch}: every phase, each data loader cut short (`vramprobe check`'s rule)"
-        ));
-        self.show("rehearsing the whole job");
-    }
-
-    fn step_done(&mut self, step: &StepRecord) {
-        // A CPU command's step is seen as it runs; its peak comes at the trial's end.
-        if step.peak_allocated_bytes > 0 {
-            self.last_peak = Some(step.peak_allocated_bytes);
-        }
-        self.show(&format!("step {} of {} done", step.step, self.steps));
-    }
-
-    fn trial_done(&mut self, r: &TrialResult, fit: Option<Fit>) {
-        let head = format!("trial {:>2}  batch {:>5}  ", r.trial, r.batch);
-        let line = match r.outcome {
-            // A command on the CPU runs unbounded: its capacity is judged here, after the run.
-            Outcome::Fits => format!(
-                "{head}{}  peak {}  {:.3} s/step  ({:.1}s)",
-                fit.unwrap_or(Fit::Fits).words(),
-                r.peak_allocated_bytes().map_or("-".into(), |b| human_bytes(b as f64)),
-                r.mean_step_seconds().unwrap_or(0.0),
-                r.wall_seconds
-            ),
-            other => format!("{head}{other}: {}", r.message.as_deref().unwrap_or("")),
-        };
-        self.status.line(&line);
-        // A command that failed for its own reasons: the end of its output says why.
-        if let (Some(log), Outcome::Error | Outcome::Killed | Outcome::Timeout) = (&r.log_file, r.outcome) {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            for tail in runner::output_tail(&text, 5) {
-                self.status.line(&format!("    | {tail}"));
-            }
-        }
-        self.show("choosing the next batch");
-    }
-
-    fn report(&mut self, report: &Report) -> Result<()> {
-        write_run(&self.dir, report)
-    }
-}
 
 /// The trial runner of a run whose folder is `dir` (trials in `dir/trials`).
 fn trial_runner(
@@ -114,33 +32,6 @@ fn trial_runner(
     let how =
         super::TrialSettings { device, steps: args.verify_steps, limit, timeout, fresh_process: args.fresh_process };
     super::trial_runner(subject, how, dir.join("trials"))
-}
-
-/// A run's files (steps, sweep, plan, report, plots, page) into its folder.
-fn write_run(dir: &Path, report: &Report) -> Result<()> {
-    output::write_files(dir, &report::run_files(report)?)
-}
-
-/// One trial line per device when several run at once.
-struct Prefixed {
-    device: Device,
-    quiet: bool,
-    dir: PathBuf,
-}
-
-impl Sink for Prefixed {
-    fn trial_started(&mut self, _trial: u32, _batch: u64) {}
-    fn step_done(&mut self, _step: &StepRecord) {}
-    fn trial_done(&mut self, r: &TrialResult, fit: Option<Fit>) {
-        if !self.quiet {
-            let outcome = fit.map_or_else(|| r.outcome.to_string(), |f| f.words().to_string());
-            eprintln!("{}: trial {} batch {}: {outcome}", self.device, r.trial, r.batch);
-        }
-    }
-
-    fn report(&mut self, report: &Report) -> Result<()> {
-        write_run(&self.dir, report)
-    }
 }
 
 fn sweep_config(args: &SweepArgs, subject: &Subject, device: Device, note: Option<String>) -> SweepConfig {

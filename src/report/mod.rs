@@ -3,7 +3,8 @@
 //! meet the outside world on the reporting side: atomic writes and the run
 //! folder ([`output`]), reading plan.csv back ([`plan_file`]), `plan
 //! --explain`'s parts of device memory ([`device_memory`]), check's words
-//! for a rehearsal of the whole job ([`rehearsal`]), `exec`'s words after
+//! for a rehearsal of the whole job ([`rehearsal`]), the [`sink`] a sweep
+//! reports to as it goes (progress on stderr, the run folder's files), `exec`'s words after
 //! the job it watched ([`watch`]), the
 //! trainer's log and its plot ([`train_log`]), terminal progress
 //! ([`progress`]). Nothing here runs a trial.
@@ -21,6 +22,7 @@ pub mod plan_file;
 pub mod plot;
 pub mod progress;
 pub mod rehearsal;
+pub mod sink;
 pub mod table;
 pub mod timeline;
 pub mod train_log;

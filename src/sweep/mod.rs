@@ -29,6 +29,7 @@ use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
 use crate::record::trial::{Outcome, StepMark, StepRecord, StepTrace, TrialResult};
+pub use crate::report::sink::Sink;
 use crate::units::human_bytes;
 
 /// Without a GPU, training steps are slow; the CPU sweep goes no further
@@ -89,21 +90,6 @@ impl SweepConfig {
     }
 }
 
-/// Where the sweep reports as it goes, ripgrep-style: the sweep measures and
-/// decides; the sink shows progress and keeps the run's files.
-pub trait Sink {
-    fn trial_started(&mut self, trial: u32, batch: u64);
-    /// The whole job is about to be rehearsed at `batch` (command mode's max).
-    fn rehearsing(&mut self, _batch: u64) {}
-    fn step_done(&mut self, step: &StepRecord);
-    /// A finished trial, with where its peak fell against the budget (when
-    /// it ran its steps and the budget is known).
-    fn trial_done(&mut self, result: &TrialResult, fit: Option<Fit>);
-    /// The report as it now stands: at the start, after every trial and at
-    /// the end, so whatever was measured survives a later failure. An error
-    /// here stops the sweep.
-    fn report(&mut self, report: &Report) -> Result<()>;
-}
 
 struct Sweep<'a> {
     cfg: &'a SweepConfig,
