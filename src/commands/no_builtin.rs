@@ -20,7 +20,11 @@ pub fn train(_args: TrainArgs) -> Result<i32> {
     Err(UsageError::new(NO_BUILTIN).into())
 }
 
-pub fn runner(_workload: &WorkloadConfig, _how: TrialSettings, _trials_dir: PathBuf) -> Result<Box<dyn TrialRunner + Send>> {
+pub fn runner(
+    _workload: &WorkloadConfig,
+    _how: TrialSettings,
+    _trials_dir: PathBuf,
+) -> Result<Box<dyn TrialRunner + Send>> {
     Err(UsageError::new(NO_BUILTIN).into())
 }
 

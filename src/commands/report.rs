@@ -2,7 +2,7 @@
 //! its report.json, without measuring; and `vramprobe completions SHELL`.
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::CommandFactory;
 
 use crate::analyze::run::{Layout, Report, RunIndex};

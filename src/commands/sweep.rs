@@ -14,9 +14,9 @@ use crate::measure::{device, environment};
 use crate::record::device::{Device, DeviceRequest};
 use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
 use crate::record::trial::Outcome;
+use crate::report::sink::{Lines, Prefixed, Sink};
 use crate::report::{self, output, table};
 use crate::sweep::variants::{Across, DeviceRun};
-use crate::report::sink::{Lines, Prefixed, Sink};
 use crate::sweep::{self, BatchChoice, SweepConfig};
 use crate::units::human_bytes;
 

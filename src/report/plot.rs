@@ -232,21 +232,28 @@ pub fn memory_svg(report: &Report) -> Result<String> {
         }
         legend(&mut chart, 14)?;
         if budget.is_none() {
-            if let Some(b) = a.map(|a| a.budget).filter(|b| b.capacity_bytes > 0) {
-                root.draw(&Text::new(
-                    format!(
-                        "capacity {} and budget {} are far above this scale",
-                        crate::units::human_bytes(b.capacity_bytes as f64),
-                        crate::units::human_bytes(b.budget_bytes as f64)
-                    ),
-                    (110, SIZE.1 as i32 - 18),
-                    (FONT, 13).into_font().color(&GREY),
-                ))
-                .map_err(plot_err)?;
-            }
+            off_scale_note(root, a.map(|a| a.budget))?;
         }
         Ok(())
     })
+}
+
+/// Under the plot: the capacity and budget, named, when they are too far
+/// above the data to draw.
+fn off_scale_note(root: &DrawingArea<SVGBackend<'_>, Shift>, budget: Option<Budget>) -> Result<()> {
+    if let Some(b) = budget.filter(|b| b.capacity_bytes > 0) {
+        root.draw(&Text::new(
+            format!(
+                "capacity {} and budget {} are far above this scale",
+                crate::units::human_bytes(b.capacity_bytes as f64),
+                crate::units::human_bytes(b.budget_bytes as f64)
+            ),
+            (110, SIZE.1 as i32 - 18),
+            (FONT, 13).into_font().color(&GREY),
+        ))
+        .map_err(plot_err)?;
+    }
+    Ok(())
 }
 
 /// The batches that failed, as crosses near the top; those past the axis'

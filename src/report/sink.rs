@@ -140,4 +140,3 @@ impl Sink for Prefixed {
         write_run(&self.dir, report)
     }
 }
-

@@ -28,7 +28,7 @@ use crate::measure::environment;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
-use crate::record::trial::{Outcome, StepMark, StepRecord, StepTrace, TrialResult};
+use crate::record::trial::{Outcome, StepMark, StepTrace, TrialResult};
 pub use crate::report::sink::Sink;
 use crate::units::human_bytes;
 
@@ -89,7 +89,6 @@ impl SweepConfig {
         }
     }
 }
-
 
 struct Sweep<'a> {
     cfg: &'a SweepConfig,

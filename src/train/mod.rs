@@ -15,9 +15,9 @@ use checkpoint::RunState;
 
 use crate::error::Interrupted;
 use crate::measure::child::data::{epoch_order, Dataset};
-use crate::measure::failure::{is_oom_message, Phase, StepError};
 use crate::measure::child::meter::MemoryMeter;
 use crate::measure::child::workload::Workload;
+use crate::measure::failure::{is_oom_message, Phase, StepError};
 use crate::record::device::Device;
 use crate::record::trial::StepRecord;
 use crate::record::workload::OptimizerKind;

@@ -56,8 +56,8 @@ pub fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
     let not_a_model = |e: crate::measure::failure::StepError| {
         UsageError::new(format!("--model {model}: not a usable TorchScript model ({})", e.message))
     };
-    let workload =
-        crate::measure::child::workload::Workload::new(config, crate::record::device::Device::Cpu).map_err(not_a_model)?;
+    let workload = crate::measure::child::workload::Workload::new(config, crate::record::device::Device::Cpu)
+        .map_err(not_a_model)?;
     let shape = workload.output_shape().map_err(not_a_model)?;
     match shape.as_slice() {
         [1, classes] if *classes >= 1 => Ok(*classes),
@@ -67,4 +67,3 @@ pub fn torchscript_classes(model: &str, input: &[i64]) -> Result<i64> {
         .into()),
     }
 }
-

@@ -13,8 +13,8 @@
 //! "other", never a guess.
 use std::collections::HashMap;
 
-use crate::measure::failure::Phase;
 use crate::measure::child::shim::{LedgerEvent, LedgerLive};
+use crate::measure::failure::Phase;
 use crate::record::breakdown::{Breakdown, Category, CategoryBytes, Method, PeakPhase, TimelinePoint, TIMELINE_POINTS};
 use crate::record::trial::PhasePeaks;
 

@@ -1,8 +1,8 @@
 //! The memory meter: reads a device's memory around each step into a
 //! [`StepRecord`]: the host tracker on the CPU, the caching allocator and
 //! NVML on CUDA.
-use crate::measure::device::{cpu, nvml::Nvml};
 use crate::measure::child::shim;
+use crate::measure::device::{cpu, nvml::Nvml};
 use crate::record::device::Device;
 use crate::record::trial::StepRecord;
 

@@ -48,4 +48,3 @@ pub fn guarded<T>(phase: Phase, f: impl FnOnce() -> Result<T, tch::TchError>) ->
     };
     Err(StepError { oom: is_oom_message(&message), phase, message: first_line(&message) })
 }
-

@@ -1,6 +1,6 @@
 //! Safe wrappers over the C++ shim in `csrc/`: the CUDA caching allocator's
 //! counters and exact host (CPU) allocation tracking, which tch does not expose.
-use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 use tch::Tensor;
 

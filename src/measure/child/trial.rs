@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::measure::device::caching_allocator::CachingAllocator;
-use crate::measure::failure::StepError;
 use crate::measure::child::meter::MemoryMeter;
 use crate::measure::child::workload::{PhaseTimes, Workload};
 use crate::measure::child::{breakdown, shim};
+use crate::measure::device::caching_allocator::CachingAllocator;
+use crate::measure::failure::StepError;
 use crate::record::device::Device;
 use crate::record::trial::{Message, Outcome, StartRecord, StepRecord, StepTrace, TrialSpec, PROTOCOL_VERSION};
 

@@ -7,11 +7,11 @@ use tch::{nn, Kind, Reduction, Tensor};
 
 use crate::measure::child::breakdown::Marks;
 use crate::measure::child::guarded;
-use crate::measure::failure::{Phase, StepError};
 use crate::measure::child::networks::{self, Network};
-use crate::measure::model::{self, InputKind};
 use crate::measure::child::optim::Optimizer;
 use crate::measure::child::shim;
+use crate::measure::failure::{Phase, StepError};
+use crate::measure::model::{self, InputKind};
 use crate::record::device::Device;
 use crate::record::workload::{AutocastDtype, Mode, Precision, WorkloadConfig};
 

@@ -7,8 +7,8 @@
 //! This is the registry (names, inputs, classes: no libtorch); the networks
 //! themselves, which link libtorch, are the built-in child's
 //! (measure/child/networks/).
-use std::path::Path;
 use crate::error::UsageError;
+use std::path::Path;
 
 /// What a model reads: images (channels x height x width, float) or token
 /// ids (a sequence length; the classes are the vocabulary).
@@ -26,6 +26,21 @@ pub struct ModelSpec {
     pub default_classes: i64,
     pub family: &'static str,
     pub input_kind: InputKind,
+}
+
+const IMAGENET: &[i64] = &[3, 224, 224];
+/// GPT-2's vocabulary (its token classes).
+pub const GPT2_VOCAB: i64 = 50257;
+/// GPT-2's context: the longest sequence, the default length.
+const GPT2_CONTEXT: &[i64] = &[1024];
+
+const MODELS: &[ModelSpec] = &[
+    ModelSpec {
+        name: "resnet18",
+        default_input: IMAGENET,
+        default_classes: 1000,
+        input_kind: InputKind::Image,
+        family: "ResNet",
     },
     ModelSpec {
         name: "resnet34",
@@ -198,7 +213,6 @@ impl Source<'_> {
             Source::TorchScript(_) => InputKind::Image,
         }
     }
-
 }
 
 /// Every built-in model, in listing order.
