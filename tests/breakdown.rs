@@ -8,7 +8,7 @@
 #![cfg(feature = "builtin")]
 use std::path::Path;
 
-use vramprobe::analyze::run::Report;
+use vramprobe::analyze::run::RunRecord;
 use vramprobe::record::breakdown::{Breakdown, Category};
 use vramprobe::record::trial::{Message, Outcome, StartRecord, StepRecord};
 use vramprobe::report::csv::BreakdownRow;
@@ -91,7 +91,7 @@ fn a_sweep_writes_the_breakdown_the_why_and_the_timeline() {
         "{summary}"
     );
     assert!(summary.contains("What would change the max batch"), "{summary}");
-    let report: Report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report: RunRecord = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let rows: Vec<BreakdownRow> = csv_rows(&out.join("breakdown.csv"));
     assert_eq!(rows.len(), 2 * Category::ALL.len(), "one row per trial and category");
     for t in &report.trials {
@@ -161,7 +161,7 @@ fn agrees_with_torch(b: &Breakdown, torch: &(u64, Vec<(String, u64)>)) {
 }
 
 /// A CPU sweep of the example script into `out`, with `options`; its report.
-fn sweep_example(python: &str, out: &Path, options: &[&str]) -> Report {
+fn sweep_example(python: &str, out: &Path, options: &[&str]) -> RunRecord {
     let run = vramprobe()
         .args(["sweep", "--device", "cpu", "--quiet", "--out"])
         .arg(out)

@@ -1,4 +1,4 @@
-//! A run as it was measured and concluded: the [`Report`] a sweep builds
+//! A run as it was measured and concluded: the [`RunRecord`] a sweep builds
 //! (its subject, every trial, the analysis, the why and the notes; written
 //! as report.json), and for a sweep with a folder per run the [`RunIndex`]
 //! of its top folder (run.json). Plain values: the sweep makes them, every
@@ -41,7 +41,7 @@ impl std::fmt::Display for RunStatus {
 
 /// Everything a sweep knows, as written to `report.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Report {
+pub struct RunRecord {
     pub schema_version: u32,
     pub status: RunStatus,
     pub command_line: Vec<String>,
@@ -63,7 +63,7 @@ pub struct Report {
     pub notes: Vec<Note>,
 }
 
-impl Report {
+impl RunRecord {
     /// A distributed command's ranks, as its trials measured them.
     pub fn world_size(&self) -> Option<u32> {
         self.trials.iter().find_map(|t| t.world_size)

@@ -5,12 +5,12 @@ use std::path::Path;
 use anyhow::Result;
 use clap::CommandFactory;
 
-use crate::analyze::run::{Layout, Report, RunIndex};
+use crate::analyze::run::{Layout, RunRecord, RunIndex};
 use crate::commands::cli::{Cli, CompletionsArgs, ReportArgs};
 use crate::error::UsageError;
 use crate::report::{self, output, table};
 
-fn read_report(path: &Path) -> Result<Report> {
+fn read_report(path: &Path) -> Result<RunRecord> {
     Ok(report::json::read_report(path)?)
 }
 
@@ -46,7 +46,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         output::write_files(&path, &report::run_files(&report)?)?;
         reports.push((folder.clone(), report));
     }
-    let runs: Vec<(String, &Report)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
+    let runs: Vec<(String, &RunRecord)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
     output::write_files(dir, &report::top_files(&index, &runs)?)?;
     if !args.quiet {
         match index.layout {

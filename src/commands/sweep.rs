@@ -6,7 +6,7 @@ use anyhow::{anyhow, Context, Result};
 
 use crate::analyze::analysis;
 use crate::analyze::note::Note;
-use crate::analyze::run::{Report, RunIndex};
+use crate::analyze::run::{RunRecord, RunIndex};
 use crate::commands::cli::SweepArgs;
 use crate::error::{Interrupted, UsageError};
 use crate::measure::runner::TrialRunner;
@@ -142,7 +142,7 @@ impl sweep::variants::Outlet for Outside<'_> {
         Box::new(Lines::new(self.args.quiet, self.args.verify_steps, dir))
     }
 
-    fn finished(&mut self, label: &str, result: &Result<Report>) {
+    fn finished(&mut self, label: &str, result: &Result<RunRecord>) {
         match result {
             Ok(report) if !self.args.quiet => eprint!("{}", table::summary(report)),
             Ok(_) => {}
@@ -151,7 +151,7 @@ impl sweep::variants::Outlet for Outside<'_> {
         }
     }
 
-    fn top(&mut self, index: &RunIndex, runs: &[(String, &Report)]) -> Result<()> {
+    fn top(&mut self, index: &RunIndex, runs: &[(String, &RunRecord)]) -> Result<()> {
         output::write_files(self.out_dir, &report::top_files(index, runs)?)
     }
 }
@@ -234,7 +234,7 @@ fn run_devices(
             }
         }
     }
-    let done: Vec<(String, &Report)> =
+    let done: Vec<(String, &RunRecord)> =
         results.iter().filter_map(|(label, r)| Some((label.clone(), r.as_ref().ok()?))).collect();
     output::write_files(out_dir, &report::top_files(&sweep::variants::devices_index(&done), &done)?)?;
     crate::interrupt::check()?;
@@ -301,7 +301,7 @@ fn run_variants(
 }
 
 /// Why a variant has no result, when its trials failed with an error rather than an OOM.
-fn unsupported(r: &Report, a: &analysis::Analysis) -> Option<String> {
+fn unsupported(r: &RunRecord, a: &analysis::Analysis) -> Option<String> {
     if a.max_batch > 0 {
         return None;
     }
@@ -316,7 +316,7 @@ fn unsupported(r: &Report, a: &analysis::Analysis) -> Option<String> {
 
 /// The error for a model that does not fit even at the smallest batch, with
 /// the numbers; or for a command whose batch never reached its memory.
-fn does_not_fit(report: &Report, budget: crate::analyze::fit::Budget) -> anyhow::Error {
+fn does_not_fit(report: &RunRecord, budget: crate::analyze::fit::Budget) -> anyhow::Error {
     if let Some(ignored) = report.notes.iter().find(|n| matches!(n, Note::BatchIgnored { .. })) {
         return anyhow!("{ignored}");
     }

@@ -9,7 +9,7 @@ use crate::analyze::worldfit::WorldPrediction;
 use crate::record::breakdown::{Category, PeakPhase};
 use crate::record::trial::{Outcome, StepRecord, TrialResult};
 
-use crate::analyze::run::Report;
+use crate::analyze::run::RunRecord;
 
 pub use super::plan_file::{PlanRow, PlanStrategy, PLAN_SCHEMA_VERSION};
 
@@ -151,7 +151,7 @@ pub fn sweep_csv(trials: &[TrialResult]) -> anyhow::Result<Vec<u8>> {
 /// The columns every plan row takes from the run: the subject, the budget
 /// and the memory line. A command's row leaves what the command decides
 /// (classes, mode, precision, optimizer) empty.
-fn run_columns(report: &Report, a: &Analysis) -> PlanRow {
+fn run_columns(report: &RunRecord, a: &Analysis) -> PlanRow {
     let w = report.subject.workload();
     PlanRow {
         schema_version: PLAN_SCHEMA_VERSION,
@@ -179,7 +179,7 @@ fn run_columns(report: &Report, a: &Analysis) -> PlanRow {
 }
 
 /// The run's recommendation, as measured.
-pub fn plan_row(report: &Report) -> Option<PlanRow> {
+pub fn plan_row(report: &RunRecord) -> Option<PlanRow> {
     let a = report.analysis.as_ref()?;
     Some(PlanRow {
         strategy: Some(PlanStrategy::Measured(a.strategy)),
@@ -201,7 +201,7 @@ pub fn plan_row(report: &Report) -> Option<PlanRow> {
 /// What the run's memory line predicts on a GPU it was not measured on
 /// (`vramprobe plan`): memory only, never speed, and never verified.
 pub fn gpu_plan_row(
-    report: &Report,
+    report: &RunRecord,
     a: &Analysis,
     prediction: &GpuPrediction,
     basis: FitBasis,
@@ -231,7 +231,7 @@ pub fn gpu_plan_row(
 
 /// What the fit across world sizes predicts at a world size that was not
 /// run (`--world-sizes`): per-rank memory only, never verified.
-pub fn world_plan_row(report: &Report, a: &Analysis, p: &WorldPrediction) -> PlanRow {
+pub fn world_plan_row(report: &RunRecord, a: &Analysis, p: &WorldPrediction) -> PlanRow {
     PlanRow {
         strategy: Some(PlanStrategy::PredictedForWorldSize),
         fixed_bytes: Some(p.fixed_bytes.round() as i64),
@@ -249,13 +249,13 @@ pub fn world_plan_row(report: &Report, a: &Analysis, p: &WorldPrediction) -> Pla
 
 /// The run's plan: one row, also when nothing fits (max_batch 0: the
 /// reader reads it, and check, exec and train refuse it with that reason).
-pub fn plan_csv(report: &Report) -> anyhow::Result<Vec<u8>> {
+pub fn plan_csv(report: &RunRecord) -> anyhow::Result<Vec<u8>> {
     to_bytes::<PlanRow>(plan_row(report))
 }
 
 /// The plan rows of a sweep over precisions, modes or lengths, in order:
 /// one per variant that has a batch to recommend (a row without one would
 /// give the trainer nothing to run).
-pub fn plan_csv_many(reports: &[&Report]) -> anyhow::Result<Vec<u8>> {
+pub fn plan_csv_many(reports: &[&RunRecord]) -> anyhow::Result<Vec<u8>> {
     to_bytes::<PlanRow>(reports.iter().filter_map(|r| plan_row(r)).filter(|row| row.recommended_batch > 0))
 }

@@ -7,7 +7,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 use crate::analyze::analysis::Analysis;
 use crate::analyze::device_memory::Reserved;
-use crate::analyze::run::Report;
+use crate::analyze::run::RunRecord;
 use crate::analyze::whatif::GpuPrediction;
 use crate::units::{format_input, human_bytes};
 
@@ -16,7 +16,7 @@ const ALLOWANCE_NOTE: &str = "the model allowance is kept free for the predictio
 
 /// The lines `plan` prints before writing its rows.
 pub fn summary(
-    report: &Report,
+    report: &RunRecord,
     analysis: &Analysis,
     reserved: &Reserved,
     predictions: &[GpuPrediction],

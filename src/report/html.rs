@@ -3,7 +3,7 @@
 //! files: it opens from a file system, an artifact store or an e-mail.
 use super::grid::Rows;
 use super::table;
-use crate::analyze::run::Report;
+use crate::analyze::run::RunRecord;
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:1000px;color:#222}\
 table{border-collapse:collapse;margin:0.6em 0 1.4em}\
@@ -62,7 +62,7 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
-fn environment_rows(report: &Report) -> Rows {
+fn environment_rows(report: &RunRecord) -> Rows {
     let value = serde_json::to_value(&report.environment).unwrap_or_default();
     let rows = value
         .as_object()
@@ -83,7 +83,7 @@ fn environment_rows(report: &Report) -> Rows {
 }
 
 /// The page for one run. `memory_svg` and `throughput_svg` are the run's plots.
-pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str, timeline_svg: Option<&str>) -> String {
+pub fn run_page(report: &RunRecord, memory_svg: &str, throughput_svg: &str, timeline_svg: Option<&str>) -> String {
     let mut body = format!(
         "<h1>vramprobe: {}</h1>\n<p>{}</p>\n<p>Status: <b>{}</b>, started {} (UTC).</p>\n",
         escape(&report.subject.name()),
@@ -148,10 +148,10 @@ pub fn run_page(report: &Report, memory_svg: &str, throughput_svg: &str, timelin
 
 /// The page for a sweep over several variants: the variant table, each
 /// variant's plots, and the heat map of a `--seq-lens` sweep.
-pub fn variants_page(runs: &[(String, &Report, String, String)], seq: Option<(&str, &str)>) -> String {
+pub fn variants_page(runs: &[(String, &RunRecord, String, String)], seq: Option<(&str, &str)>) -> String {
     let model = runs.first().map_or(String::new(), |(_, r, _, _)| r.subject.name());
     let mut body = format!("<h1>vramprobe: {}, {} variants</h1>\n", escape(&model), runs.len());
-    let table_runs: Vec<(String, &Report)> = runs.iter().map(|(l, r, _, _)| (l.clone(), *r)).collect();
+    let table_runs: Vec<(String, &RunRecord)> = runs.iter().map(|(l, r, _, _)| (l.clone(), *r)).collect();
     body.push_str(&format!("<pre>{}</pre>\n", escape(&table::variants(&table_runs))));
     if let Some((text, heatmap)) = seq {
         body.push_str("<h2>Batch and sequence length</h2>\n");

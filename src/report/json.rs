@@ -4,10 +4,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::analyze::run::{Report, RunIndex, REPORT_SCHEMA_VERSION};
+use crate::analyze::run::{RunRecord, RunIndex, REPORT_SCHEMA_VERSION};
 use crate::error::UsageError;
 
-pub fn report_json(report: &Report) -> anyhow::Result<Vec<u8>> {
+pub fn report_json(report: &RunRecord) -> anyhow::Result<Vec<u8>> {
     to_pretty(report)
 }
 
@@ -20,7 +20,7 @@ pub fn to_pretty<T: Serialize>(value: &T) -> anyhow::Result<Vec<u8>> {
 
 /// Reads a report.json back: one of this version, or a one-line error that
 /// says which version it is and what to do.
-pub fn read_report(path: &Path) -> Result<Report, UsageError> {
+pub fn read_report(path: &Path) -> Result<RunRecord, UsageError> {
     read_versioned(path, "report", REPORT_SCHEMA_VERSION)
 }
 

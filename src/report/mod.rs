@@ -30,14 +30,14 @@ pub mod watch;
 pub mod why;
 
 use crate::analyze::analysis::SeqSummary;
-use crate::analyze::run::{Layout, Report, RunIndex};
+use crate::analyze::run::{Layout, RunRecord, RunIndex};
 use crate::analyze::worldfit::WorldSummary;
 
 /// A file of a run folder: its name and its bytes.
 pub type RunFile = (&'static str, Vec<u8>);
 
 /// The names of the files [`run_files`] writes for `report`, for saying so.
-pub fn run_file_names(report: &Report) -> String {
+pub fn run_file_names(report: &RunRecord) -> String {
     let mut names = vec!["steps.csv", "sweep.csv", "breakdown.csv"];
     if report.analysis.is_some() {
         names.push("plan.csv");
@@ -53,7 +53,7 @@ pub fn run_file_names(report: &Report) -> String {
 /// Every file of one run's folder, rendered from the report: what `sweep`
 /// writes after each trial and `vramprobe report` writes again. plan.csv
 /// only once the analysis exists (a plan needs a finished search).
-pub fn run_files(report: &Report) -> anyhow::Result<Vec<RunFile>> {
+pub fn run_files(report: &RunRecord) -> anyhow::Result<Vec<RunFile>> {
     let memory = plot::memory_svg(report)?;
     let throughput = plot::throughput_svg(report)?;
     let mut files =
@@ -77,8 +77,8 @@ pub fn run_files(report: &Report) -> anyhow::Result<Vec<RunFile>> {
 /// The files at the top of a sweep over several variants (each variant has
 /// its own folder): the combined plan, the page, and for `--seq-lens` the
 /// fit across lengths and its heat map.
-pub fn variant_files(runs: &[(String, &Report)], seq: Option<&SeqSummary>) -> anyhow::Result<Vec<RunFile>> {
-    let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
+pub fn variant_files(runs: &[(String, &RunRecord)], seq: Option<&SeqSummary>) -> anyhow::Result<Vec<RunFile>> {
+    let reports: Vec<&RunRecord> = runs.iter().map(|(_, r)| *r).collect();
     let mut files = vec![("plan.csv", csv::plan_csv_many(&reports)?)];
     let mut pages = Vec::new();
     for (label, r) in runs {
@@ -102,12 +102,12 @@ pub fn variant_files(runs: &[(String, &Report)], seq: Option<&SeqSummary>) -> an
 
 /// Every file of a sweep's top folder, from its index and its runs (in
 /// the index's order): what `sweep` writes and `vramprobe report` writes again.
-pub fn top_files(index: &RunIndex, runs: &[(String, &Report)]) -> anyhow::Result<Vec<RunFile>> {
+pub fn top_files(index: &RunIndex, runs: &[(String, &RunRecord)]) -> anyhow::Result<Vec<RunFile>> {
     let mut files = Vec::new();
     if index.layout == Layout::Variants {
         files.extend(variant_files(runs, index.seq_lens.as_ref())?);
         if let Some(summary) = &index.world_sizes {
-            let reports: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
+            let reports: Vec<&RunRecord> = runs.iter().map(|(_, r)| *r).collect();
             files.extend(world_files(&reports, summary)?);
         }
     }
@@ -118,7 +118,7 @@ pub fn top_files(index: &RunIndex, runs: &[(String, &Report)]) -> anyhow::Result
 /// The files of a `--world-sizes` sweep's fit: `world-sizes.json` and
 /// `plan-world-sizes.csv` (one predicted row per world size not run, from
 /// the largest measured world size's run).
-pub fn world_files(reports: &[&Report], summary: &WorldSummary) -> anyhow::Result<Vec<RunFile>> {
+pub fn world_files(reports: &[&RunRecord], summary: &WorldSummary) -> anyhow::Result<Vec<RunFile>> {
     let largest =
         reports.iter().filter_map(|r| Some((r.world_size()?, *r, r.analysis.as_ref()?))).max_by_key(|(w, _, _)| *w);
     let rows: Vec<csv::PlanRow> = match largest {

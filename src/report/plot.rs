@@ -15,7 +15,7 @@ use crate::analyze::analysis::SeqSummary;
 use crate::analyze::fit::Budget;
 use crate::record::trial::Outcome;
 
-use crate::analyze::run::Report;
+use crate::analyze::run::RunRecord;
 
 pub(super) const SIZE: (u32, u32) = (960, 560);
 pub(super) const FONT: &str = "sans-serif";
@@ -51,7 +51,7 @@ impl ByteUnit {
 
 /// What a plot's title calls the workload: a model's name, or a command
 /// with its paths cut to their file names, short enough for one line.
-pub(super) fn title_name(report: &Report) -> String {
+pub(super) fn title_name(report: &RunRecord) -> String {
     const MAX: usize = 40;
     let full = report.subject.name();
     let words: Vec<&str> = full.split_whitespace().map(|w| w.rsplit('/').next().unwrap_or(w)).collect();
@@ -148,7 +148,7 @@ fn marker(chart: &mut Chart<'_, '_>, x: f64, y_top: f64, label: String, color: R
 }
 
 /// The trials' measured peaks in one series, as (batch, bytes).
-fn measured(report: &Report, peak: impl Fn(&crate::record::trial::TrialResult) -> Option<u64>) -> Vec<(f64, f64)> {
+fn measured(report: &RunRecord, peak: impl Fn(&crate::record::trial::TrialResult) -> Option<u64>) -> Vec<(f64, f64)> {
     report
         .trials
         .iter()
@@ -159,7 +159,7 @@ fn measured(report: &Report, peak: impl Fn(&crate::record::trial::TrialResult) -
 
 /// `memory.svg`: measured peaks against the batch, the fitted line, the
 /// capacity and budget, and the recommended (and fastest) batch.
-pub fn memory_svg(report: &Report) -> Result<String> {
+pub fn memory_svg(report: &RunRecord) -> Result<String> {
     let cuda = report.device.is_cuda();
     let allocated = measured(report, |t| t.peak_allocated_bytes());
     let reserved = if cuda { measured(report, |t| t.peak_reserved_bytes()) } else { Vec::new() };
@@ -306,7 +306,7 @@ fn fit_text(f: crate::analyze::fit::LinearFit) -> String {
 
 /// `throughput.svg`: measured samples/s against the batch, with the fastest
 /// batch (the knee) and the recommended (largest) batch marked.
-pub fn throughput_svg(report: &Report) -> Result<String> {
+pub fn throughput_svg(report: &RunRecord) -> Result<String> {
     let a = report.analysis.as_ref();
     // Batches that ran but peaked over the budget are drawn apart: they are
     // not candidates for the fastest batch.
@@ -392,7 +392,7 @@ fn heat(fraction: f64) -> RGBColor {
 /// The heat map of a `--seq-lens` sweep: rows are lengths, columns batches;
 /// colour is the two-dimensional fit's peak as a share of the budget, marks
 /// are the trials that ran, and each length's verified max batch is outlined.
-pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String> {
+pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&RunRecord]) -> Result<String> {
     let fit = summary.fit;
     let budget = runs.iter().find_map(|r| r.analysis.as_ref().map(|a| a.budget.budget_bytes)).unwrap_or(0);
     let lengths: Vec<u64> = summary.lengths.iter().map(|r| r.length).collect();
@@ -457,7 +457,7 @@ pub fn seq_heatmap_svg(summary: &SeqSummary, runs: &[&Report]) -> Result<String>
 }
 
 /// Each length's trials on its row: a dot where it fit, a cross where not.
-fn draw_seq_trials(chart: &mut Chart<'_, '_>, lengths: &[u64], runs: &[&Report]) -> Result<()> {
+fn draw_seq_trials(chart: &mut Chart<'_, '_>, lengths: &[u64], runs: &[&RunRecord]) -> Result<()> {
     for (i, &length) in lengths.iter().enumerate() {
         let Some(run) = runs.iter().find(|r| r.subject.seq_len() == Some(length as i64)) else {
             continue;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::analyze::fit::Fit;
-use crate::analyze::run::Report;
+use crate::analyze::run::RunRecord;
 use crate::measure::runner;
 use crate::record::device::Device;
 use crate::record::trial::{Outcome, StepRecord, TrialResult};
@@ -27,10 +27,10 @@ pub trait Sink {
     /// A finished trial, with where its peak fell against the budget (when
     /// it ran its steps and the budget is known).
     fn trial_done(&mut self, result: &TrialResult, fit: Option<Fit>);
-    /// The report as it now stands: at the start, after every trial and at
+    /// Keeps the run as it now stands: at the start, after every trial and at
     /// the end, so whatever was measured survives a later failure. An error
     /// here stops the sweep.
-    fn report(&mut self, report: &Report) -> Result<()>;
+    fn keep(&mut self, run: &RunRecord) -> Result<()>;
 }
 
 /// One line per trial on stderr (stdout is kept for the summary), and on a
@@ -109,13 +109,13 @@ impl Sink for Lines {
         self.show("choosing the next batch");
     }
 
-    fn report(&mut self, report: &Report) -> Result<()> {
-        write_run(&self.dir, report)
+    fn keep(&mut self, run: &RunRecord) -> Result<()> {
+        write_run(&self.dir, run)
     }
 }
 
 /// A run's files (steps, sweep, plan, report, plots, page) into its folder.
-pub fn write_run(dir: &Path, report: &Report) -> Result<()> {
+pub fn write_run(dir: &Path, report: &RunRecord) -> Result<()> {
     output::write_files(dir, &run_files(report)?)
 }
 
@@ -136,7 +136,7 @@ impl Sink for Prefixed {
         }
     }
 
-    fn report(&mut self, report: &Report) -> Result<()> {
-        write_run(&self.dir, report)
+    fn keep(&mut self, run: &RunRecord) -> Result<()> {
+        write_run(&self.dir, run)
     }
 }

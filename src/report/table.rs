@@ -7,14 +7,14 @@ use crate::analyze::worldfit::WorldSummary;
 use crate::units::{format_input, human_bytes};
 
 use super::grid::{new_table, render, right_align, Rows};
-use crate::analyze::run::Report;
+use crate::analyze::run::RunRecord;
 
 fn opt_bytes(v: Option<u64>) -> String {
     v.map(|b| human_bytes(b as f64)).unwrap_or_else(|| "-".into())
 }
 
 /// The first line of a summary: what was measured, where.
-pub fn headline(report: &Report) -> String {
+pub fn headline(report: &RunRecord) -> String {
     let Some(w) = report.subject.workload() else {
         let length = match report.subject.seq_len() {
             Some(t) => format!(" at sequence length {t}"),
@@ -47,7 +47,7 @@ pub fn headline(report: &Report) -> String {
 }
 
 /// One row per trial, with the measured peaks and speed.
-pub fn trial_rows(report: &Report) -> Rows {
+pub fn trial_rows(report: &RunRecord) -> Rows {
     let cuda = report.device.is_cuda();
     let mut header = vec!["batch", "outcome", "peak allocated"];
     if cuda {
@@ -71,7 +71,7 @@ pub fn trial_rows(report: &Report) -> Rows {
 }
 
 /// The fit, the budget and the recommendation: (what, value, where it comes from).
-pub fn recommendation_rows(report: &Report) -> Option<Rows> {
+pub fn recommendation_rows(report: &RunRecord) -> Option<Rows> {
     let a = report.analysis.as_ref()?;
     let mut rows: Vec<Vec<String>> = Vec::new();
     let basis = a.fit_basis.name().replace('_', " ");
@@ -147,7 +147,7 @@ const RANK_COLUMNS: usize = 8;
 
 /// A distributed command's peaks per rank, side by side, with the spread
 /// between the fullest and the emptiest rank.
-pub fn rank_rows(report: &Report) -> Option<(String, Rows)> {
+pub fn rank_rows(report: &RunRecord) -> Option<(String, Rows)> {
     let world = report.world_size()?;
     let basis = if report.device.is_cuda() { "reserved" } else { "allocated" };
     let shown = (world as usize).min(RANK_COLUMNS);
@@ -177,7 +177,7 @@ pub fn rank_rows(report: &Report) -> Option<(String, Rows)> {
 }
 
 /// Predictions for common GPU sizes, with the line that says what they are from.
-pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
+pub fn gpu_rows(report: &RunRecord) -> Option<(String, Rows)> {
     let a = report.analysis.as_ref().filter(|a| !a.gpu_predictions.is_empty())?;
     let allowance = format!("the budget keeps {:.0}% free for the model's error", CPU_UNDER_PREDICTION * 100.0);
     let label = match (report.device.is_cuda(), a.cuda_reserved_fit.is_some()) {
@@ -208,11 +208,11 @@ pub fn gpu_rows(report: &Report) -> Option<(String, Rows)> {
 }
 
 /// Every note of the run: the analysis' and the sweep's.
-pub fn notes(report: &Report) -> Vec<String> {
+pub fn notes(report: &RunRecord) -> Vec<String> {
     report.analysis.iter().flat_map(|a| a.notes.iter()).chain(&report.notes).map(ToString::to_string).collect()
 }
 
-pub fn summary(report: &Report) -> String {
+pub fn summary(report: &RunRecord) -> String {
     let mut out = format!("{}\n", headline(report));
     out.push_str(&render(&trial_rows(report), 2));
     if report.analysis.is_none() {
@@ -238,7 +238,7 @@ pub fn summary(report: &Report) -> String {
 }
 
 /// One row per variant (precision, mode, length) of a sweep that ran several.
-pub fn variants(runs: &[(String, &Report)]) -> String {
+pub fn variants(runs: &[(String, &RunRecord)]) -> String {
     let mut t = new_table(vec![
         "variant",
         "optimizer",

@@ -11,7 +11,7 @@ use crate::record::trial::{Outcome, TrialResult};
 use crate::units::human_bytes;
 
 use super::plot::{chart, draw_budget, plot_err, svg, title_name, ByteUnit, Chart, FONT, GREY, SIZE};
-use crate::analyze::run::Report;
+use crate::analyze::run::RunRecord;
 
 fn color(c: Category) -> RGBColor {
     match c {
@@ -27,7 +27,7 @@ fn color(c: Category) -> RGBColor {
 
 /// The trial whose timeline is drawn: the max batch's, else the largest
 /// batch that fits and has one.
-pub fn timeline_trial(report: &Report) -> Option<(&TrialResult, &Breakdown)> {
+pub fn timeline_trial(report: &RunRecord) -> Option<(&TrialResult, &Breakdown)> {
     let max = report.analysis.as_ref().map(|a| a.max_batch);
     let with_timeline =
         |t: &&TrialResult| t.outcome == Outcome::Fits && t.peak_breakdown().is_some_and(|b| !b.timeline.is_empty());
@@ -41,12 +41,12 @@ pub fn timeline_trial(report: &Report) -> Option<(&TrialResult, &Breakdown)> {
 }
 
 /// The stacked timeline, or None when no trial has one.
-pub fn timeline_svg(report: &Report) -> Option<Result<String>> {
+pub fn timeline_svg(report: &RunRecord) -> Option<Result<String>> {
     let (trial, b) = timeline_trial(report)?;
     Some(draw(report, trial, b))
 }
 
-fn draw(report: &Report, trial: &TrialResult, b: &Breakdown) -> Result<String> {
+fn draw(report: &RunRecord, trial: &TrialResult, b: &Breakdown) -> Result<String> {
     let x_max = b.timeline.last().map_or(1.0, |p| p.0).max(1e-3) * 1.02;
     let peak = b.peak_bytes as f64;
     let budget = report.analysis.as_ref().map(|a| a.budget).filter(|x| x.capacity_bytes > 0);

@@ -6,7 +6,7 @@ use crate::record::breakdown::{Breakdown, Category};
 use crate::units::human_bytes;
 
 use super::grid::{self, Rows};
-use crate::analyze::run::Report;
+use crate::analyze::run::RunRecord;
 
 /// "in backward at OP (file:line), 12.3 ms into the step".
 pub fn moment(b: &Breakdown) -> String {
@@ -136,7 +136,7 @@ pub fn phase_note(w: &Why) -> Option<String> {
 }
 
 /// The block for the terminal summary.
-pub fn block(report: &Report) -> String {
+pub fn block(report: &RunRecord) -> String {
     let Some(w) = &report.why else { return String::new() };
     let mut out = String::new();
     let (label, rows) = breakdown_rows(w);
@@ -155,7 +155,7 @@ pub fn block(report: &Report) -> String {
 
 /// A sweep over optimizers or precisions: the first variant's predicted
 /// change beside each other variant's measured max batch.
-pub fn measured_rows(runs: &[(String, &Report)]) -> Option<(String, Rows)> {
+pub fn measured_rows(runs: &[(String, &RunRecord)]) -> Option<(String, Rows)> {
     let ((base_label, base), others) = runs.split_first()?;
     let base_workload = base.subject.workload()?;
     let w = base.why.as_ref()?;

@@ -4,7 +4,7 @@
 //! [`Sink`] after every trial, so what was measured survives a later failure;
 //! the sink, not the sweep, shows progress and writes files.
 //!
-//! Layer 2: may import `analyze` (the run's [`Report`] is built here),
+//! Layer 2: may import `analyze` (the run's [`RunRecord`] is built here),
 //! `measure`, `record`, `units`, `interrupt`, `error`; never `report`,
 //! `train`, `bench` or `commands`.
 mod device_curve;
@@ -18,7 +18,7 @@ use anyhow::Result;
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
 use crate::analyze::fit::{Budget, Fit};
 use crate::analyze::note::Note;
-use crate::analyze::run::{Report, RunStatus, REPORT_SCHEMA_VERSION};
+use crate::analyze::run::{RunRecord, RunStatus, REPORT_SCHEMA_VERSION};
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
@@ -94,7 +94,7 @@ struct Sweep<'a> {
     cfg: &'a SweepConfig,
     runner: &'a mut dyn TrialRunner,
     sink: &'a mut dyn Sink,
-    report: Report,
+    report: RunRecord,
     budget: Option<Budget>,
     /// Searching for the largest batch the capacity holds, the margin set
     /// aside (after no batch fitted within it).
@@ -111,7 +111,7 @@ impl Sweep<'_> {
         if let Err(interrupted) = crate::interrupt::check() {
             self.report.status = RunStatus::Interrupted;
             self.report.notes.push(Note::Interrupted { signal: interrupted.to_string() });
-            self.sink.report(&self.report)?;
+            self.sink.keep(&self.report)?;
             return Err(interrupted.into());
         }
         Ok(())
@@ -151,7 +151,7 @@ impl Sweep<'_> {
             self.report.notes.push(Note::BackwardSteps);
         }
         self.report.trials.push(result);
-        self.sink.report(&self.report)?;
+        self.sink.keep(&self.report)?;
         self.stop_if_interrupted()?;
         Ok(self.report.trials.last().expect("just pushed"))
     }
@@ -486,9 +486,9 @@ impl search::Oracle for Sweep<'_> {
 
 /// Runs the sweep, each trial through `runner`. Outputs are rewritten after
 /// every trial, so whatever was measured survives a failure later on.
-pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink) -> Result<Report> {
+pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink) -> Result<RunRecord> {
     let (started_at, _) = environment::utc_now();
-    let report = Report {
+    let report = RunRecord {
         schema_version: REPORT_SCHEMA_VERSION,
         status: RunStatus::Running,
         command_line: cfg.command_line.clone(),
@@ -505,7 +505,7 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         why: None,
         notes: cfg.notes.clone(),
     };
-    sink.report(&report)?;
+    sink.keep(&report)?;
     let mut sweep = Sweep { cfg, runner, sink, report, budget: None, margin_off: false, traces: Vec::new() };
 
     let mut strategy = cfg.strategy();
@@ -546,12 +546,12 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
     report.status = if analysis.max_batch > 0 { RunStatus::Complete } else { RunStatus::Failed };
     report.analysis = Some(analysis);
     report.why = explain(&report);
-    sweep.sink.report(&report)?;
+    sweep.sink.keep(&report)?;
     Ok(report)
 }
 
 /// The run's why, when its max batch was broken down.
-fn explain(report: &Report) -> Option<Why> {
+fn explain(report: &RunRecord) -> Option<Why> {
     let a = report.analysis.as_ref()?;
     // A built-in's optimizer and precision are known; a command's are read from its breakdown.
     let w = report.subject.workload();

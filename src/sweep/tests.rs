@@ -9,7 +9,7 @@ use super::variants::{self, Across, Outlet};
 use super::{run, BatchChoice, Sink, SweepConfig};
 use crate::analyze::fit::Fit;
 use crate::analyze::note::Note;
-use crate::analyze::run::{Report, RunIndex, RunStatus};
+use crate::analyze::run::{RunRecord, RunIndex, RunStatus};
 use crate::analyze::search::StrategyKind;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
@@ -106,7 +106,7 @@ impl Sink for Counting {
     fn trial_done(&mut self, _result: &TrialResult, _fit: Option<Fit>) {
         self.done += 1;
     }
-    fn report(&mut self, _report: &Report) -> Result<()> {
+    fn keep(&mut self, _run: &RunRecord) -> Result<()> {
         self.reports += 1;
         Ok(())
     }
@@ -240,10 +240,10 @@ impl Outlet for ScriptedOutlet {
     fn sink(&mut self, _label: &str, _subject: &Subject, _dir: &Path) -> Box<dyn Sink + Send> {
         Box::new(Counting::default())
     }
-    fn finished(&mut self, label: &str, _result: &Result<Report>) {
+    fn finished(&mut self, label: &str, _result: &Result<RunRecord>) {
         self.finished.push(label.to_string());
     }
-    fn top(&mut self, index: &RunIndex, _runs: &[(String, &Report)]) -> Result<()> {
+    fn top(&mut self, index: &RunIndex, _runs: &[(String, &RunRecord)]) -> Result<()> {
         self.tops.push(index.clone());
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, SeqSummary};
-use crate::analyze::run::{Layout, Report, RunIndex};
+use crate::analyze::run::{Layout, RunRecord, RunIndex};
 use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
 use crate::error::Interrupted;
 use crate::measure::runner::TrialRunner;
@@ -26,9 +26,9 @@ pub trait Outlet {
     /// Where a run reports as it goes (progress, its folder's files).
     fn sink(&mut self, label: &str, subject: &Subject, dir: &Path) -> Box<dyn Sink + Send>;
     /// A run ended: its report, or why it has none.
-    fn finished(&mut self, label: &str, result: &Result<Report>);
+    fn finished(&mut self, label: &str, result: &Result<RunRecord>);
     /// The top folder as it stands: after every run, and at the end.
-    fn top(&mut self, index: &RunIndex, runs: &[(String, &Report)]) -> Result<()>;
+    fn top(&mut self, index: &RunIndex, runs: &[(String, &RunRecord)]) -> Result<()>;
 }
 
 /// A finished sweep with a folder per run.
@@ -36,13 +36,13 @@ pub struct Run {
     /// The top folder's index: its folders and the fits across them.
     pub index: RunIndex,
     /// The runs that finished, in the order they ran, by folder.
-    pub reports: Vec<(String, Report)>,
+    pub reports: Vec<(String, RunRecord)>,
     /// The runs that failed, by folder, with why.
     pub failed: Vec<(String, String)>,
 }
 
 impl Run {
-    pub fn runs(&self) -> Vec<(String, &Report)> {
+    pub fn runs(&self) -> Vec<(String, &RunRecord)> {
         self.reports.iter().map(|(label, r)| (label.clone(), r)).collect()
     }
 }
@@ -78,7 +78,7 @@ pub fn labels(subjects: &[Subject]) -> Vec<String> {
 }
 
 /// The index of these runs' folders.
-fn index(layout: Layout, runs: &[(String, &Report)]) -> RunIndex {
+fn index(layout: Layout, runs: &[(String, &RunRecord)]) -> RunIndex {
     RunIndex::new(layout, runs.iter().map(|(label, _)| label.clone()).collect())
 }
 
@@ -91,7 +91,7 @@ pub fn run(
     across: Across,
     outlet: &mut dyn Outlet,
 ) -> Result<Run> {
-    let mut reports: Vec<(String, Report)> = Vec::new();
+    let mut reports: Vec<(String, RunRecord)> = Vec::new();
     let mut failed = Vec::new();
     for (label, cfg) in configs {
         let dir = out_dir.join(&label);
@@ -111,14 +111,14 @@ pub fn run(
                 None
             }
         };
-        let runs: Vec<(String, &Report)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
+        let runs: Vec<(String, &RunRecord)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
         outlet.top(&index(Layout::Variants, &runs), &runs)?;
         if let Some(e) = interrupted {
             return Err(e);
         }
     }
-    let runs: Vec<(String, &Report)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
-    let finished: Vec<&Report> = runs.iter().map(|(_, r)| *r).collect();
+    let runs: Vec<(String, &RunRecord)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
+    let finished: Vec<&RunRecord> = runs.iter().map(|(_, r)| *r).collect();
     // The fits across the variants, once; across world sizes one length at a time.
     let seq = across.seq_lens.then(|| seq_summary(&finished));
     let world = (across.world_sizes && !across.seq_lens).then(|| world_summary(&finished)).flatten();
@@ -139,7 +139,7 @@ pub struct DeviceRun {
 /// One run per device, all at once (one thread each): a data-parallel job
 /// on this node can use the smallest recommendation. Each run's result, in
 /// the order given.
-pub fn run_devices(runs: Vec<DeviceRun>) -> Vec<(String, Result<Report>)> {
+pub fn run_devices(runs: Vec<DeviceRun>) -> Vec<(String, Result<RunRecord>)> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = runs
             .into_iter()
@@ -156,12 +156,12 @@ pub fn run_devices(runs: Vec<DeviceRun>) -> Vec<(String, Result<Report>)> {
 }
 
 /// The index of a `--device all` sweep's top folder.
-pub fn devices_index(runs: &[(String, &Report)]) -> RunIndex {
+pub fn devices_index(runs: &[(String, &RunRecord)]) -> RunIndex {
     index(Layout::Devices, runs)
 }
 
 /// The fit across lengths of a `--seq-lens` sweep, from its variants' reports.
-pub fn seq_summary(reports: &[&Report]) -> SeqSummary {
+pub fn seq_summary(reports: &[&RunRecord]) -> SeqSummary {
     let mut lengths: Vec<(u64, &[TrialResult], &analysis::Analysis)> = reports
         .iter()
         .filter_map(|r| Some((r.subject.seq_len()? as u64, r.trials.as_slice(), r.analysis.as_ref()?)))
@@ -173,7 +173,7 @@ pub fn seq_summary(reports: &[&Report]) -> SeqSummary {
 
 /// The fit across world sizes of a `--world-sizes` sweep, from its
 /// variants' reports (each rank's line and the max at each world size).
-pub fn world_summary(reports: &[&Report]) -> Option<WorldSummary> {
+pub fn world_summary(reports: &[&RunRecord]) -> Option<WorldSummary> {
     let mut budget = None;
     let mut multiple_of = 1;
     let points: Vec<WorldPoint> = reports
