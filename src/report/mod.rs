@@ -5,7 +5,7 @@
 //! --explain`'s parts of device memory ([`device_memory`]), check's words
 //! for a rehearsal of the whole job ([`rehearsal`]), the [`sink`] a sweep
 //! reports to as it goes (progress on stderr, the run folder's files), `exec`'s words after
-//! the job it watched ([`watch`]), the
+//! the job it watched ([`watch`]), `check`'s verdict ([`verdict`]), the
 //! trainer's log and its plot ([`train_log`]), terminal progress
 //! ([`progress`]). Nothing here runs a trial.
 //!
@@ -26,6 +26,7 @@ pub mod sink;
 pub mod table;
 pub mod timeline;
 pub mod train_log;
+pub mod verdict;
 pub mod watch;
 pub mod why;
 
