@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::analyze::analysis;
 use crate::analyze::note::Note;
 use crate::analyze::run::{RunRecord, RunIndex};
 use crate::commands::cli::SweepArgs;
@@ -13,12 +12,10 @@ use crate::measure::runner::TrialRunner;
 use crate::measure::{device, environment};
 use crate::record::device::{Device, DeviceRequest};
 use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
-use crate::record::trial::Outcome;
 use crate::report::sink::{Lines, Prefixed, Sink};
-use crate::report::{self, output, table};
+use crate::report::{self, no_fit, output, table};
 use crate::sweep::variants::{Across, DeviceRun};
 use crate::sweep::{self, BatchChoice, SweepConfig};
-use crate::units::human_bytes;
 
 /// The trial runner of a run whose folder is `dir` (trials in `dir/trials`).
 fn trial_runner(
@@ -198,7 +195,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     println!("Wrote {}: {}", out_dir.display(), report::run_file_names(&report));
     let analysis = report.analysis.as_ref().ok_or_else(|| anyhow!("the sweep produced no analysis"))?;
     if analysis.max_batch == 0 {
-        return Err(does_not_fit(&report, analysis.budget));
+        return Err(anyhow!(no_fit::does_not_fit(&report, analysis.budget)));
     }
     Ok(0)
 }
@@ -286,7 +283,7 @@ fn run_variants(
     }
     println!("Wrote {}: plan.csv (one row per variant), index.html and one folder per variant", out_dir.display());
     for (label, r) in &run.reports {
-        if let Some(m) = r.analysis.as_ref().and_then(|a| unsupported(r, a)) {
+        if let Some(m) = r.analysis.as_ref().and_then(|a| no_fit::unsupported(r, a)) {
             println!("note: {label}: {m}");
         }
     }
@@ -298,58 +295,6 @@ fn run_variants(
         return Err(anyhow!("no variant has a batch that fits"));
     }
     Ok(0)
-}
-
-/// Why a variant has no result, when its trials failed with an error rather than an OOM.
-fn unsupported(r: &RunRecord, a: &analysis::Analysis) -> Option<String> {
-    if a.max_batch > 0 {
-        return None;
-    }
-    let first = r.trials.iter().find(|t| t.outcome == Outcome::Error)?;
-    Some(format!(
-        "not supported here ({} on {}): {}",
-        r.subject.workload().map_or("your command", |w| w.precision.name()),
-        r.device,
-        first.message.as_deref().unwrap_or("no message")
-    ))
-}
-
-/// The error for a model that does not fit even at the smallest batch, with
-/// the numbers; or for a command whose batch never reached its memory.
-fn does_not_fit(report: &RunRecord, budget: crate::analyze::fit::Budget) -> anyhow::Error {
-    if let Some(ignored) = report.notes.iter().find(|n| matches!(n, Note::BatchIgnored { .. })) {
-        return anyhow!("{ignored}");
-    }
-    // The search's max held its first steps, but not the whole job.
-    if let Some(note) = report.notes.iter().find(|n| matches!(n, Note::NoBatchFitsWholeJob { .. })) {
-        return anyhow!("{}: {note}", report.subject.name());
-    }
-    let (model, trials) = (report.subject.name(), &report.trials);
-    let budget_text = format!(
-        "capacity {}, budget {}",
-        human_bytes(budget.capacity_bytes as f64),
-        human_bytes(budget.budget_bytes as f64)
-    );
-    let Some(first) = trials.iter().min_by_key(|t| t.batch) else {
-        return anyhow!("no trial ran");
-    };
-    let why = match first.outcome {
-        Outcome::Oom => format!("out of memory ({})", first.message.as_deref().unwrap_or("")),
-        Outcome::Fits => format!(
-            "its peak is {}, over the budget",
-            first.peak_allocated_bytes().map_or("?".into(), |b| human_bytes(b as f64))
-        ),
-        _ => {
-            return anyhow!(
-                "the trial at batch {} failed: {}",
-                first.batch,
-                first.message.as_deref().unwrap_or("no message")
-            )
-        }
-    };
-    let capacity = report.notes.iter().find(|n| matches!(n, Note::FitsOnlyInMargin { .. }));
-    let capacity = capacity.map_or(String::new(), |n| format!("; {n}"));
-    anyhow!("{model} does not fit even at batch {} on {}: {why}; {budget_text}{capacity}", first.batch, report.device)
 }
 
 /// Where an interrupted sweep left what it measured.

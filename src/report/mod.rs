@@ -5,7 +5,8 @@
 //! --explain`'s parts of device memory ([`device_memory`]), check's words
 //! for a rehearsal of the whole job ([`rehearsal`]), the [`sink`] a sweep
 //! reports to as it goes (progress on stderr, the run folder's files), `exec`'s words after
-//! the job it watched ([`watch`]), `check`'s verdict ([`verdict`]), the
+//! the job it watched ([`watch`]), `check`'s verdict ([`verdict`]), a sweep's words when no batch fits
+//! ([`no_fit`]), the
 //! trainer's log and its plot ([`train_log`]), terminal progress
 //! ([`progress`]). Nothing here runs a trial.
 //!
@@ -17,6 +18,7 @@ pub mod gpu_plan;
 pub mod grid;
 pub mod html;
 pub mod json;
+pub mod no_fit;
 pub mod output;
 pub mod plan_file;
 pub mod plot;
