@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Result;
 use clap::CommandFactory;
 
-use crate::analyze::run::{Layout, RunRecord, RunIndex};
+use crate::analyze::run::{Layout, RunIndex, RunRecord};
 use crate::commands::cli::{Cli, CompletionsArgs, ReportArgs};
 use crate::error::UsageError;
 use crate::report::{self, output, table};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 
 use crate::analyze::note::Note;
-use crate::analyze::run::{RunRecord, RunIndex};
+use crate::analyze::run::{RunIndex, RunRecord};
 use crate::commands::cli::SweepArgs;
 use crate::error::{Interrupted, UsageError};
 use crate::measure::runner::TrialRunner;

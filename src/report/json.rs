@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::analyze::run::{RunRecord, RunIndex, REPORT_SCHEMA_VERSION};
+use crate::analyze::run::{RunIndex, RunRecord, REPORT_SCHEMA_VERSION};
 use crate::error::UsageError;
 
 pub fn report_json(report: &RunRecord) -> anyhow::Result<Vec<u8>> {

@@ -33,7 +33,7 @@ pub mod watch;
 pub mod why;
 
 use crate::analyze::analysis::SeqSummary;
-use crate::analyze::run::{Layout, RunRecord, RunIndex};
+use crate::analyze::run::{Layout, RunIndex, RunRecord};
 use crate::analyze::worldfit::WorldSummary;
 
 /// A file of a run folder: its name and its bytes.

@@ -59,4 +59,3 @@ pub fn does_not_fit(report: &RunRecord, budget: Budget) -> String {
     let capacity = capacity.map_or(String::new(), |n| format!("; {n}"));
     format!("{model} does not fit even at batch {} on {}: {why}; {budget_text}{capacity}", first.batch, report.device)
 }
-

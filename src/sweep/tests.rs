@@ -9,7 +9,7 @@ use super::variants::{self, Across, Outlet};
 use super::{run, BatchChoice, Sink, SweepConfig};
 use crate::analyze::fit::Fit;
 use crate::analyze::note::Note;
-use crate::analyze::run::{RunRecord, RunIndex, RunStatus};
+use crate::analyze::run::{RunIndex, RunRecord, RunStatus};
 use crate::analyze::search::StrategyKind;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;

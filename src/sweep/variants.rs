@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, SeqSummary};
-use crate::analyze::run::{Layout, RunRecord, RunIndex};
+use crate::analyze::run::{Layout, RunIndex, RunRecord};
 use crate::analyze::worldfit::{self, WorldPoint, WorldSummary};
 use crate::error::Interrupted;
 use crate::measure::runner::TrialRunner;
