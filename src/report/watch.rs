@@ -74,7 +74,7 @@ fn forecast_words(f: &Forecast) -> String {
         "warned at {} {}: memory held in {} grew by {} a {}; {when}",
         f.unit,
         f.at,
-        phase_name(f.phase),
+        f.phase.name(),
         human_bytes(f.growth_bytes as f64),
         f.unit
     )
@@ -91,7 +91,7 @@ fn phase_peaks(watch: &ProcessWatch) -> String {
                 (Some(pass), Some(batch)) => format!(" (pass {pass}, batch {batch})"),
                 _ => format!(" (after step {})", p.step),
             };
-            format!("{} {}{at}", phase_name(p.phase), human_bytes(p.peak_allocated_bytes as f64))
+            format!("{} {}{at}", p.phase.name(), human_bytes(p.peak_allocated_bytes as f64))
         })
         .collect();
     format!("({basis}): {}", each.join(", "))
@@ -103,14 +103,14 @@ fn against_budget(watch: &ProcessWatch, budget: u64) -> String {
     if peak > budget {
         format!(
             "the {} phase passed the plan's budget of {} by {}",
-            phase_name(top.phase),
+            top.phase.name(),
             human_bytes(budget as f64),
             human_bytes((peak - budget) as f64)
         )
     } else {
         format!(
             "highest: {} at {:.0}% of the plan's budget of {}",
-            phase_name(top.phase),
+            top.phase.name(),
             100.0 * peak as f64 / budget.max(1) as f64,
             human_bytes(budget as f64)
         )
@@ -123,7 +123,7 @@ fn postmortem(who: &str, p: &Postmortem, ctx: &WatchContext, folder: &Path) -> S
         (Some(pass), Some(batch)) => format!("pass {pass}, batch {batch}, after step {}", p.step),
         _ => format!("after step {}", p.step),
     };
-    let _ = writeln!(out, "  {who}out of memory in {} ({at}): {}", phase_name(p.phase), p.message);
+    let _ = writeln!(out, "  {who}out of memory in {} ({at}): {}", p.phase.name(), p.message);
     if let Some(line) = &p.line {
         let _ = writeln!(out, "    at {line}");
     }
@@ -163,17 +163,8 @@ fn smaller_words(smaller: Smaller, p: &Postmortem) -> String {
              a smaller batch would not shrink it; keep less per batch, or move it off the device \
              (for a Hugging Face Trainer, eval_accumulation_steps)\n",
             human_bytes(p.kept_by_pass_bytes.unwrap_or(0) as f64),
-            p.pass_phase.map_or("", phase_name)
+            p.pass_phase.map_or("", Phase::name)
         ),
         Smaller::NotTheBatch => "; it needed no more than the plan's fixed part: the batch is not what made it fail\n".into(),
-    }
-}
-
-fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Train => "train",
-        Phase::Eval => "eval",
-        Phase::Save => "save",
-        Phase::Other => "other",
     }
 }
