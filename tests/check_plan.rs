@@ -201,7 +201,7 @@ fn every_profile_file_parses_and_every_gpu_is_built_in() {
         assert!(built_in.iter().any(|b| b.id == g.id && b == &g), "{} is not compiled in", path.display());
     }
     for path in toml_files("profiles/models") {
-        vramprobe::commands::preset::load_workload(&path).unwrap_or_else(|e| panic!("{e}"));
+        vramprobe::sweep::preset::load_workload(&path).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

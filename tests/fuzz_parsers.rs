@@ -140,7 +140,7 @@ fn the_plan_and_profile_parsers_never_panic() {
     let workload = Path::new("workload.toml");
     fuzz("workload.toml", WORKLOAD, &mut rng, cases, deadline, |b| {
         let text = std::str::from_utf8(b).ok()?;
-        vramprobe::commands::preset::parse_workload(workload, text).err().map(|e| e.to_string())
+        vramprobe::sweep::preset::parse_workload(workload, text).err().map(|e| e.to_string())
     });
     let deadline = seconds.map(|s| Instant::now() + Duration::from_secs(s) / 3);
     let gpu = Path::new("gpu.toml");

@@ -4,12 +4,14 @@
 //! common GPU capacities.
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::device_memory::{less_model_allowance, CurvePoint, Reserved};
+use crate::analyze::device_memory::{CurvePoint, Reserved};
 use crate::analyze::fastest::{self, Fastest};
-use crate::analyze::fit::{Budget, Fit, LinearFit};
+use crate::analyze::fit::{round_down, Budget, Fit, LinearFit};
 use crate::analyze::note::Note;
+use crate::analyze::profile::GpuProfile;
 use crate::analyze::search::{Observation, SearchResult, StrategyKind};
 use crate::analyze::seqfit::{self, SeqFit};
+use crate::analyze::whatif;
 use crate::record::device::Device;
 use crate::record::trial::{Outcome, TrialResult};
 
@@ -57,8 +59,10 @@ impl FitBasis {
     }
 }
 
+/// What a common GPU size would hold: report.json's short record of a
+/// [`whatif::predict_for`] prediction (the one GPU predictor).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuPrediction {
+pub struct CommonGpu {
     pub capacity_bytes: u64,
     pub budget_bytes: u64,
     pub max_batch: u64,
@@ -106,7 +110,7 @@ pub struct Analysis {
     /// Device memory left free at that peak.
     pub headroom_bytes: Option<f64>,
     /// Predictions for [`COMMON_GPU_GIB`]; from host measurements on the CPU.
-    pub gpu_predictions: Vec<GpuPrediction>,
+    pub gpu_predictions: Vec<CommonGpu>,
     /// The smallest batch within 5% of the best measured samples/s, among
     /// the batches that fit (absent in reports written before it existed).
     #[serde(default)]
@@ -230,10 +234,6 @@ fn fit_series(trials: &[&TrialResult], value: impl Fn(&TrialResult) -> Option<u6
     LinearFit::fit_upper_regime(&points).ok()
 }
 
-pub fn round_down(batch: u64, multiple_of: u64) -> u64 {
-    batch / multiple_of.max(1) * multiple_of.max(1)
-}
-
 pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     let mut notes: Vec<Note> = input.search.notes.iter().map(|text| Note::Search { text: text.clone() }).collect();
     let budget = input.budget;
@@ -308,21 +308,28 @@ pub fn analyze(trials: &[TrialResult], input: AnalysisInput) -> Analysis {
     }
 }
 
-/// What each common GPU size would hold, from what a GPU would reserve.
-fn common_gpus(reserved: &Reserved, budget: &Budget, on_cuda: bool, multiple_of: u64) -> Vec<GpuPrediction> {
+/// What each common GPU size would hold, from what a GPU would reserve:
+/// a GPU of that size whose only memory outside PyTorch is what this run
+/// measured (on the CPU: none is known), through the one predictor.
+fn common_gpus(reserved: &Reserved, budget: &Budget, on_cuda: bool, multiple_of: u64) -> Vec<CommonGpu> {
     COMMON_GPU_GIB
         .iter()
-        .map(|gib| {
-            // From host measurements the CUDA context is unknown (0 here).
-            let foreign = if on_cuda { budget.non_pytorch_bytes } else { 0 };
-            // From host measurements the model's own error is kept free too.
-            let (b, _) = less_model_allowance(Budget::new(gib << 30, budget.margin_fraction, foreign), on_cuda);
-            let max = reserved.max_batch_within(b.budget_bytes).unwrap_or(0);
-            GpuPrediction {
-                capacity_bytes: b.capacity_bytes,
-                budget_bytes: b.budget_bytes,
-                max_batch: max,
-                recommended_batch: round_down(max, multiple_of),
+        .map(|&gib| {
+            let gpu = GpuProfile {
+                id: format!("{gib}gib"),
+                name: format!("{gib} GiB"),
+                memory_bytes: gib << 30,
+                context_overhead_bytes: if on_cuda { budget.non_pytorch_bytes } else { 0 },
+                overhead_source: "this run".into(),
+                cublas_workspace_bytes: 0,
+                bf16: true,
+            };
+            let p = whatif::predict_for(reserved, on_cuda, &gpu, budget.margin_fraction, multiple_of);
+            CommonGpu {
+                capacity_bytes: p.budget.capacity_bytes,
+                budget_bytes: p.budget.budget_bytes,
+                max_batch: p.max_batch,
+                recommended_batch: p.recommended_batch,
             }
         })
         .collect()

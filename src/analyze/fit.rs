@@ -2,6 +2,11 @@
 //! and the budget it is compared against. No I/O, no libtorch.
 use serde::{Deserialize, Serialize};
 
+/// `batch` rounded down to a multiple of `multiple_of` (`--multiple-of`).
+pub fn round_down(batch: u64, multiple_of: u64) -> u64 {
+    batch / multiple_of.max(1) * multiple_of.max(1)
+}
+
 /// A fitted memory line over measured (batch, bytes) points.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinearFit {

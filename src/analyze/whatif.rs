@@ -3,9 +3,8 @@
 //! the device memory at it part by part ([`crate::analyze::device_memory`]).
 use serde::Serialize;
 
-use crate::analyze::analysis::round_down;
 use crate::analyze::device_memory::{less_model_allowance, DeviceMemory, Overheads, Reserved};
-use crate::analyze::fit::{Budget, LinearFit};
+use crate::analyze::fit::{round_down, Budget, LinearFit};
 use crate::analyze::profile::GpuProfile;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

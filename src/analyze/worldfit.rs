@@ -10,8 +10,7 @@
 //! least squares in 1/W. A prediction is a prediction: never run.
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::analysis::round_down;
-use crate::analyze::fit::LinearFit;
+use crate::analyze::fit::{round_down, LinearFit};
 
 /// One world size's measured per-rank line and verified max.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -11,13 +11,14 @@ use crate::analyze::fit::{Budget, LinearFit};
 use crate::analyze::whole_job::Worst;
 use crate::commands::cli::CheckArgs;
 use crate::error::UsageError;
+use crate::measure::trials::{self, TrialSettings};
 use crate::measure::{device, private};
 use crate::record::device::{Device, DeviceRequest};
-use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
+use crate::record::subject::Subject;
 use crate::record::trial::Outcome;
 use crate::report::verdict::{describe, details, judge, Judgement, ProjectionJson, VerdictJson};
 use crate::report::{plan_file, rehearsal};
-use crate::sweep::whole_job;
+use crate::sweep::{subjects, whole_job};
 use crate::units::format_input;
 
 /// What to check: a subject at one batch, and the memory line of the plan
@@ -43,7 +44,7 @@ fn target(args: &CheckArgs) -> Result<Target> {
                 r2: 1.0,
                 points: 0,
             });
-            let mut subject = row.subject(args.workload.lr.unwrap_or(1e-3)).ok_or_else(|| {
+            let mut subject = row.subject(args.workload.lr.unwrap_or(subjects::DEFAULT_LR)).ok_or_else(|| {
                 UsageError::new(format!("{}:{}: the row does not say what to run", path.display(), entry.line))
             })?;
             // --world-size overrides the row's ranks.
@@ -53,25 +54,11 @@ fn target(args: &CheckArgs) -> Result<Target> {
             Ok(Target { subject, batch: row.recommended_batch, plan_device: Some(row.device), fit })
         }
         (None, None, Some(batch)) if !args.command.is_empty() => {
-            let command = UserCommand::new(args.command.clone())?;
-            if command.has_seq_len() != args.workload.seq_len.is_some() {
-                return Err(UsageError::new(
-                    "a command with {seq_len} needs --seq-len T, and --seq-len needs {seq_len}",
-                )
-                .into());
-            }
-            if command.has_nproc() != args.world_size.is_some() {
-                return Err(UsageError::new(
-                    "a command with {nproc} needs --world-size N, and --world-size needs {nproc}",
-                )
-                .into());
-            }
-            let at = Placeholders { seq_len: args.workload.seq_len, nproc: args.world_size };
-            let subject = Subject::Command(CommandSubject::new(command, at));
+            let subject = subjects::one_command(&args.command, &args.workload.options(), args.world_size)?;
             Ok(Target { subject, batch, plan_device: None, fit: None })
         }
         (None, Some(_), Some(batch)) => Ok(Target {
-            subject: Subject::of_workload(super::workload_config(&args.workload)?),
+            subject: Subject::of_workload(subjects::one_workload(&args.workload.options())?),
             batch,
             plan_device: None,
             fit: None,
@@ -151,7 +138,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
 /// `--steps` asks for its first steps only; sweep::whole_job), a built-in
 /// model's steps (then with no longer rehearsals beside it).
 fn measure(args: &CheckArgs, subject: &Subject, device: Device, batch: u64) -> Result<whole_job::Rehearsed> {
-    let how = super::TrialSettings {
+    let how = TrialSettings {
         device,
         steps: args.steps.unwrap_or(3),
         limit: device::capacity_limit(device, args.capacity)?,
@@ -161,7 +148,7 @@ fn measure(args: &CheckArgs, subject: &Subject, device: Device, batch: u64) -> R
     // The trials' folders (spec, records, a command's output), kept only for this check.
     // A fresh private folder, never a guessable name someone else made first.
     let scratch = private::scratch("vramprobe-check-", None).context("creating the check's scratch folder")?;
-    let mut runner = super::trial_runner(subject, how, scratch.path().into())?;
+    let mut runner = trials::runner(subject, how, scratch.path().into())?;
     let rehearsed = match args.steps {
         None => whole_job::rehearse(runner.as_mut(), 1, batch, args.rehearsal_time as f64)?,
         Some(_) => None,

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::analyze::search::StrategyKind;
 use crate::record::device::DeviceRequest;
 use crate::record::workload::{Mode, OptimizerKind, Precision};
+use crate::sweep::subjects::WorkloadOptions;
 use crate::units;
 
 #[derive(Debug, Parser)]
@@ -110,6 +111,22 @@ pub struct WorkloadArgs {
     /// Learning rate [default: 0.001].
     #[arg(long, allow_hyphen_values = true, value_parser = parse_lr)]
     pub lr: Option<f64>,
+}
+
+impl WorkloadArgs {
+    /// The options as the resolver below the commands takes them.
+    pub fn options(&self) -> WorkloadOptions {
+        WorkloadOptions {
+            model: self.model.clone(),
+            input: self.input.clone().map(|i| i.0),
+            seq_len: self.seq_len,
+            classes: self.classes,
+            optimizers: self.optimizer.clone(),
+            lr: self.lr,
+            precisions: self.precision.clone(),
+            modes: self.mode.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -25,7 +25,7 @@ pub fn models(args: ListArgs) -> Result<i32> {
             family: m.family,
             input: format_input(m.default_input),
             classes: m.default_classes,
-            parameters: parameter_count(m),
+            parameters: crate::measure::child::parameter_count(m),
         })
         .collect();
     if args.json {
@@ -48,16 +48,6 @@ pub fn models(args: ListArgs) -> Result<i32> {
         println!("parameters: counted by building each model, which needs the built-in models (libtorch)");
     }
     Ok(0)
-}
-
-fn parameter_count(m: &model::ModelSpec) -> Option<i64> {
-    #[cfg(feature = "builtin")]
-    return m.parameter_count(m.default_classes).ok();
-    #[cfg(not(feature = "builtin"))]
-    {
-        let _ = m;
-        None
-    }
 }
 
 fn group_thousands(n: i64) -> String {

@@ -49,23 +49,10 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     let runs: Vec<(String, &RunRecord)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
     output::write_files(dir, &report::top_files(&index, &runs)?)?;
     if !args.quiet {
+        print!("{}", table::top(&index, &runs));
         match index.layout {
-            Layout::Variants => {
-                print!("{}", table::variants(&runs));
-                if let Some(s) = &index.seq_lens {
-                    print!("{}", table::seq_lengths(s));
-                }
-                if let Some(w) = &index.world_sizes {
-                    print!("{}", table::world_sizes(w));
-                }
-                println!("Rewrote {}: plan.csv, index.html and each variant's files", dir.display());
-            }
-            Layout::Devices => {
-                for (_, r) in &runs {
-                    print!("{}", table::summary(r));
-                }
-                println!("Rewrote {}: each device's files", dir.display());
-            }
+            Layout::Variants => println!("Rewrote {}: plan.csv, index.html and each variant's files", dir.display()),
+            Layout::Devices => println!("Rewrote {}: each device's files", dir.display()),
         }
     }
     Ok(0)

@@ -23,7 +23,7 @@ pub fn capture() -> Environment {
         vramprobe_version: env!("CARGO_PKG_VERSION").into(),
         // A build without the built-in models links no libtorch: a command runs its own torch.
         torch_version: crate::measure::linked::torch_version().unwrap_or_else(|| "not linked".into()),
-        tch_version: if cfg!(feature = "builtin") { TCH_VERSION.into() } else { "not linked".into() },
+        tch_version: if crate::measure::linked::LINKED { TCH_VERSION.into() } else { "not linked".into() },
         torch_cuda_version: crate::measure::linked::cuda_runtime_version(),
         nvidia_driver_version: versions.driver,
         cuda_driver_version: versions.cuda_driver,

@@ -5,22 +5,26 @@
 //! fork from), `exec`'s [`watched`] job, the [`private`] folders and
 //! secrets trials use; what both sides share: the [`model`] registry, the
 //! [`device`]s (cpu, cuda, nvml), how a step fails ([`failure`]), the
-//! [`environment`], and whether libtorch is [`linked`]. The built-in child
-//! that measures, everything that links libtorch, is [`child`]: the one
-//! module the `builtin` feature gates (with the model's networks).
+//! [`environment`], and whether libtorch is [`linked`]; the runner of a
+//! subject's [`trials`]. The built-in child that measures, everything that
+//! links libtorch, is [`child`]. The `builtin` feature gates these two
+//! modules only: a build without it has their stand-ins (child_absent.rs,
+//! linked_absent.rs), which say there is no libtorch.
 //!
 //! Layer 4, beside `analyze` (neither imports the other): may import
 //! `record`, `units`, `interrupt` and `error`; nothing here knows about
 //! analysis, reports or the command line.
-#[cfg(feature = "builtin")]
+#[cfg_attr(not(feature = "builtin"), path = "child_absent.rs")]
 pub mod child;
 pub mod command;
 pub mod device;
 pub mod environment;
 pub mod failure;
+#[cfg_attr(not(feature = "builtin"), path = "linked_absent.rs")]
 pub mod linked;
 pub mod model;
 pub mod preimport;
 pub mod private;
 pub mod runner;
+pub mod trials;
 pub mod watched;

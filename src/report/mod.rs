@@ -19,6 +19,7 @@ pub mod grid;
 pub mod html;
 pub mod json;
 pub mod no_fit;
+pub mod outlet;
 pub mod output;
 pub mod plan_file;
 pub mod plot;

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::analyze::fit::Fit;
-use crate::analyze::run::RunRecord;
+use crate::analyze::run::{RunIndex, RunRecord};
 use crate::measure::runner;
 use crate::record::device::Device;
+use crate::record::subject::Subject;
 use crate::record::trial::{Outcome, StepRecord, TrialResult};
 use crate::report::progress::Status;
 use crate::report::{output, run_files};
@@ -31,6 +32,18 @@ pub trait Sink {
     /// the end, so whatever was measured survives a later failure. An error
     /// here stops the sweep.
     fn keep(&mut self, run: &RunRecord) -> Result<()>;
+}
+
+/// Where a sweep of any shape puts its runs (sweep::execute): a sink for
+/// each run, word of each run's end, and the top folder of a sweep with a
+/// folder per run. [`Folders`](crate::report::outlet::Folders) writes them.
+pub trait Outlet {
+    /// Where the run labelled `label` (its folder `dir`) reports as it goes.
+    fn sink(&mut self, label: &str, subject: &Subject, device: Device, dir: &Path) -> Box<dyn Sink + Send>;
+    /// A run ended: its record, or why it has none.
+    fn finished(&mut self, label: &str, result: &Result<RunRecord>);
+    /// The top folder as it stands: after every variant, and at the end.
+    fn top(&mut self, index: &RunIndex, runs: &[(String, &RunRecord)]) -> Result<()>;
 }
 
 /// One line per trial on stderr (stdout is kept for the summary), and on a

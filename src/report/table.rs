@@ -7,7 +7,7 @@ use crate::analyze::worldfit::WorldSummary;
 use crate::units::{format_input, human_bytes};
 
 use super::grid::{new_table, render, right_align, Rows};
-use crate::analyze::run::RunRecord;
+use crate::analyze::run::{Layout, RunIndex, RunRecord};
 
 fn opt_bytes(v: Option<u64>) -> String {
     v.map(|b| human_bytes(b as f64)).unwrap_or_else(|| "-".into())
@@ -238,6 +238,21 @@ pub fn summary(report: &RunRecord) -> String {
 }
 
 /// One row per variant (precision, mode, length) of a sweep that ran several.
+/// The tables of a sweep with a folder per run, as the sweep and `vramprobe
+/// report` print them: the variants' table and the fits across them, or
+/// each device's summary.
+pub fn top(index: &RunIndex, runs: &[(String, &RunRecord)]) -> String {
+    match index.layout {
+        Layout::Devices => runs.iter().map(|(_, r)| summary(r)).collect(),
+        Layout::Variants => {
+            let mut out = variants(runs);
+            out.extend(index.seq_lens.as_ref().map(seq_lengths));
+            out.extend(index.world_sizes.as_ref().map(world_sizes));
+            out
+        }
+    }
+}
+
 pub fn variants(runs: &[(String, &RunRecord)]) -> String {
     let mut t = new_table(vec![
         "variant",

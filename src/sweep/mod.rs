@@ -1,13 +1,20 @@
-//! The sweep orchestrator: runs the search with itself as the oracle (each
-//! batch a trial in a child process, judged against the budget), verifies the
+//! The sweep orchestrator. A request is resolved once ([`layout`], with
+//! the subjects from [`subjects`] and `--profile` [`preset`]s) into a plan
+//! of labelled runs, which [`execute`] runs whatever its shape. Each run
+//! ([`run`]) runs the search with itself as the oracle (each batch a trial
+//! in a child process, judged against the budget), verifies the
 //! recommended batch, and finishes with the analysis. It reports through a
-//! [`Sink`] after every trial, so what was measured survives a later failure;
-//! the sink, not the sweep, shows progress and writes files.
+//! [`Sink`] after every trial, so what was measured survives a later
+//! failure; the sink, not the sweep, shows progress and writes files.
 //!
-//! Layer 2: may import `analyze` (the run's [`RunRecord`] is built here),
-//! `measure`, `record`, `units`, `interrupt`, `error`; never `report`,
-//! `train`, `bench` or `commands`.
+//! Layer 2: may import `report` (the sinks and outlet it writes through),
+//! `analyze` (the run's [`RunRecord`] is built here), `measure`, `record`,
+//! `units`, `interrupt`, `error`; never `train`, `bench` or `commands`.
 mod device_curve;
+pub mod execute;
+pub mod layout;
+pub mod preset;
+pub mod subjects;
 #[cfg(test)]
 mod tests;
 pub mod variants;
@@ -16,7 +23,7 @@ pub mod whole_job;
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
-use crate::analyze::fit::{Budget, Fit};
+use crate::analyze::fit::{round_down, Budget, Fit};
 use crate::analyze::note::Note;
 use crate::analyze::run::{RunRecord, RunStatus, REPORT_SCHEMA_VERSION};
 use crate::analyze::search::{
@@ -44,11 +51,9 @@ pub enum BatchChoice {
     Listed(Vec<u64>),
 }
 
+/// What the user asked of every run of a sweep.
 #[derive(Debug, Clone)]
-pub struct SweepConfig {
-    /// What the runner's trials measure, as the report names it.
-    pub subject: Subject,
-    pub device: Device,
+pub struct RunOptions {
     pub batches: BatchChoice,
     pub max_batch: Option<u64>,
     /// Training steps per trial; every batch reported as fitting ran this many.
@@ -58,16 +63,25 @@ pub struct SweepConfig {
     pub margin_fraction: f64,
     pub multiple_of: u64,
     pub command_line: Vec<String>,
-    pub notes: Vec<Note>,
     /// Break the max batch's peak down by category (`--breakdown`).
     pub breakdown: bool,
     /// How long a command's rehearsal of the whole job at the max may take (`--rehearsal-time`).
     pub rehearsal_seconds: f64,
 }
 
+/// One run: a subject on a device, with the sweep's options.
+#[derive(Debug, Clone)]
+pub struct SweepConfig {
+    /// What the runner's trials measure, as the report names it.
+    pub subject: Subject,
+    pub device: Device,
+    pub notes: Vec<Note>,
+    pub options: RunOptions,
+}
+
 impl SweepConfig {
     fn effective_max_batch(&self) -> u64 {
-        match (self.max_batch, self.device, self.capacity) {
+        match (self.options.max_batch, self.device, self.options.capacity) {
             (Some(m), _, _) => m,
             // Planning for the machine's own RAM: steps would take minutes.
             (None, Device::Cpu, None) => CPU_DEFAULT_MAX_BATCH,
@@ -76,14 +90,14 @@ impl SweepConfig {
     }
 
     fn strategy(&self) -> Box<dyn Strategy> {
-        match &self.batches {
+        match &self.options.batches {
             BatchChoice::Search(kind) => search::build(*kind),
             BatchChoice::Listed(list) => Box::new(ListedBatches(list.clone())),
         }
     }
 
     fn strategy_name(&self) -> StrategyName {
-        match &self.batches {
+        match &self.options.batches {
             BatchChoice::Search(kind) => StrategyName::Search(*kind),
             BatchChoice::Listed(_) => StrategyName::ListedBatches,
         }
@@ -122,7 +136,7 @@ impl Sweep<'_> {
     /// torch's full profile, which would multiply each trial's time: only
     /// the explain trial runs it.
     fn breakdown_is_free(&self) -> bool {
-        self.cfg.breakdown && !matches!(self.cfg.subject, Subject::Command(_))
+        self.cfg.options.breakdown && !matches!(self.cfg.subject, Subject::Command(_))
     }
 
     fn run_trial(&mut self, batch: u64, breakdown: bool) -> Result<&TrialResult> {
@@ -141,7 +155,8 @@ impl Sweep<'_> {
         if self.budget.is_none() {
             // Fixed from the first trial that reports it, so every trial is
             // judged against the same number.
-            self.budget = budget_for(self.cfg.device, self.cfg.capacity, self.cfg.margin_fraction, &result);
+            self.budget =
+                budget_for(self.cfg.device, self.cfg.options.capacity, self.cfg.options.margin_fraction, &result);
         }
         let peak = FitBasis::for_device(self.cfg.device).peak(&result).filter(|_| result.outcome == Outcome::Fits);
         let fit = self.budget.zip(peak).map(|(b, p)| b.fit(p));
@@ -164,7 +179,7 @@ impl Sweep<'_> {
         if bytes < (1 << 20).max(peak / 100) || self.report.notes.iter().any(|n| matches!(n, Note::MemoryGrew { .. })) {
             return;
         }
-        self.report.notes.push(Note::MemoryGrew { bytes, last_step: self.cfg.steps, rank, batch: trial.batch });
+        self.report.notes.push(Note::MemoryGrew { bytes, last_step: self.cfg.options.steps, rank, batch: trial.batch });
     }
 
     /// The budget the search judges against: the run's, or with the margin
@@ -181,7 +196,7 @@ impl Sweep<'_> {
             budget_bytes: budget,
             margin_bytes: margin,
             max_batch: self.cfg.effective_max_batch(),
-            tolerance: self.cfg.tolerance,
+            tolerance: self.cfg.options.tolerance,
         }
     }
 
@@ -202,7 +217,7 @@ impl Sweep<'_> {
         };
         let basis = FitBasis::for_device(self.cfg.device);
         loop {
-            let rec = analysis::round_down(result.max_batch, self.cfg.multiple_of);
+            let rec = round_down(result.max_batch, self.cfg.options.multiple_of);
             let ran = self.report.trials.iter().find(|t| t.batch == rec).map(|t| observe(t, &budget, basis));
             match ran {
                 _ if rec == 0 => return Ok(()),
@@ -287,7 +302,9 @@ impl Sweep<'_> {
     /// runs that batch once more with the breakdown on. The search needs
     /// only peaks, so this is the one trial that pays for the full profile.
     fn explain_max(&mut self, result: &mut SearchResult) -> Result<()> {
-        let (Some(budget), true, max) = (self.budget, self.cfg.breakdown, result.max_batch) else { return Ok(()) };
+        let (Some(budget), true, max) = (self.budget, self.cfg.options.breakdown, result.max_batch) else {
+            return Ok(());
+        };
         let explained = |t: &TrialResult| t.batch == max && t.outcome == Outcome::Fits && t.peak_breakdown().is_some();
         if max == 0 || self.report.trials.iter().any(explained) {
             return Ok(());
@@ -337,7 +354,7 @@ impl Sweep<'_> {
         };
         let basis = FitBasis::for_device(self.cfg.device);
         let mut first = REHEARSAL_TRIALS_FROM;
-        let mut batch = analysis::round_down(result.max_batch, self.cfg.multiple_of);
+        let mut batch = round_down(result.max_batch, self.cfg.options.multiple_of);
         let mut seen: Vec<(u64, u64)> = Vec::new();
         for _ in 0..MAX_REHEARSALS {
             self.stop_if_interrupted()?;
@@ -345,7 +362,7 @@ impl Sweep<'_> {
                 return Ok(());
             }
             self.sink.rehearsing(batch);
-            let Some(r) = whole_job::rehearse(self.runner, first, batch, self.cfg.rehearsal_seconds)? else {
+            let Some(r) = whole_job::rehearse(self.runner, first, batch, self.cfg.options.rehearsal_seconds)? else {
                 return Ok(());
             };
             first += r.trials;
@@ -398,7 +415,7 @@ impl Sweep<'_> {
             result.max_batch = lower;
             result.exact = false;
             result.capped = false;
-            batch = analysis::round_down(lower, self.cfg.multiple_of);
+            batch = round_down(lower, self.cfg.options.multiple_of);
         }
         if batch > 0 {
             let text = format!("batch {batch}'s whole job was not rehearsed: `vramprobe check` it before a long run");
@@ -491,15 +508,15 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
     let report = RunRecord {
         schema_version: REPORT_SCHEMA_VERSION,
         status: RunStatus::Running,
-        command_line: cfg.command_line.clone(),
+        command_line: cfg.options.command_line.clone(),
         started_at,
         environment: environment::capture(),
         subject: cfg.subject.clone(),
         device: cfg.device,
         device_name: None,
-        steps_per_trial: cfg.steps,
-        margin_fraction: cfg.margin_fraction,
-        multiple_of: cfg.multiple_of,
+        steps_per_trial: cfg.options.steps,
+        margin_fraction: cfg.options.margin_fraction,
+        multiple_of: cfg.options.multiple_of,
         trials: Vec::new(),
         analysis: None,
         why: None,
@@ -526,16 +543,16 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
     report.notes.extend(sweep.runner.how_trials_start().map(|text| Note::TrialStart { text }));
     let budget = sweep.budget.unwrap_or_else(|| {
         report.notes.push(Note::BudgetUnknown);
-        Budget::new(cfg.capacity.unwrap_or(0), cfg.margin_fraction, 0)
+        Budget::new(cfg.options.capacity.unwrap_or(0), cfg.options.margin_fraction, 0)
     });
     let curve = device_curve::reserved_curve(&sweep.traces);
     let input = AnalysisInput {
         device: cfg.device,
         budget,
-        capacity_source: CapacitySource::of(cfg.capacity),
+        capacity_source: CapacitySource::of(cfg.options.capacity),
         strategy: cfg.strategy_name(),
         search: result,
-        multiple_of: cfg.multiple_of,
+        multiple_of: cfg.options.multiple_of,
         cuda_reserved_curve_from: curve.as_ref().map(|c| c.1),
         cuda_reserved_curve: curve.map(|c| c.0).unwrap_or_default(),
     };

@@ -5,17 +5,21 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::variants::{self, Across, Outlet};
-use super::{run, BatchChoice, Sink, SweepConfig};
+use super::execute::{execute, Trials};
+use super::layout::{PlannedRun, Shape, SweepPlan};
+use super::variants::{self, Across};
+use super::{run, BatchChoice, RunOptions, Sink, SweepConfig};
 use crate::analyze::fit::Fit;
 use crate::analyze::note::Note;
 use crate::analyze::run::{RunIndex, RunRecord, RunStatus};
 use crate::analyze::search::StrategyKind;
 use crate::measure::runner::TrialRunner;
+use crate::measure::trials::TrialSettings;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
 use crate::record::trial::{Outcome, StepRecord, TrialResult};
 use crate::record::workload::{OptimizerKind, WorkloadConfig};
+use crate::report::sink::Outlet;
 
 const MIB: u64 = 1 << 20;
 
@@ -125,9 +129,11 @@ fn workload(model: &str, input: Vec<i64>) -> WorkloadConfig {
 }
 
 fn config(subject: Subject, capacity: u64, multiple_of: u64) -> SweepConfig {
-    SweepConfig {
-        subject,
-        device: Device::Cpu,
+    SweepConfig { subject, device: Device::Cpu, notes: Vec::new(), options: options(capacity, multiple_of) }
+}
+
+fn options(capacity: u64, multiple_of: u64) -> RunOptions {
+    RunOptions {
         batches: BatchChoice::Search(StrategyKind::Vramprobe),
         max_batch: None,
         steps: 3,
@@ -136,7 +142,6 @@ fn config(subject: Subject, capacity: u64, multiple_of: u64) -> SweepConfig {
         margin_fraction: 0.0,
         multiple_of,
         command_line: Vec::new(),
-        notes: Vec::new(),
         breakdown: true,
         rehearsal_seconds: 60.0,
     }
@@ -182,10 +187,8 @@ fn a_budget_tighter_than_batch_one_searches_what_the_capacity_holds() {
     let (fixed, per_sample) = (100 * MIB, MIB);
     let capacity = fixed + 10 * per_sample;
     let mut runner = Scripted::new(fixed, per_sample, capacity);
-    let cfg = SweepConfig {
-        margin_fraction: 0.10,
-        ..config(Subject::of_workload(workload("resnet18", vec![3, 32, 32])), capacity, 1)
-    };
+    let mut cfg = config(Subject::of_workload(workload("resnet18", vec![3, 32, 32])), capacity, 1);
+    cfg.options.margin_fraction = 0.10;
     let report = run(&cfg, &mut runner, &mut Counting::default()).unwrap();
     assert_eq!(report.analysis.as_ref().unwrap().max_batch, 0, "nothing fits as asked");
     let said = report.notes.iter().find_map(|n| match n {
@@ -224,20 +227,27 @@ fn nothing_fits_at_batch_one_is_a_failed_run_with_no_recommendation() {
     assert!(report.trials.iter().all(|t| t.outcome == Outcome::Oom));
 }
 
-/// An outlet that hands out scripted runners (each length its own line)
-/// and counts the top folder's rewrites.
-struct ScriptedOutlet {
+/// Scripted runners, each length its own line.
+struct ScriptedTrials {
     capacity: u64,
+}
+
+impl Trials for ScriptedTrials {
+    fn runner(&mut self, run: &PlannedRun, _dir: &Path) -> Result<Box<dyn TrialRunner + Send>> {
+        let length = run.config.subject.seq_len().unwrap_or(1) as u64;
+        Ok(Box::new(Scripted::new(100 * MIB, length * 64 * 1024, self.capacity)))
+    }
+}
+
+/// An outlet that counts the runs' ends and the top folder's rewrites.
+#[derive(Default)]
+struct CountingOutlet {
     tops: Vec<RunIndex>,
     finished: Vec<String>,
 }
 
-impl Outlet for ScriptedOutlet {
-    fn runner(&mut self, subject: &Subject, _dir: &Path) -> Result<Box<dyn TrialRunner + Send>> {
-        let length = subject.seq_len().unwrap_or(1) as u64;
-        Ok(Box::new(Scripted::new(100 * MIB, length * 64 * 1024, self.capacity)))
-    }
-    fn sink(&mut self, _label: &str, _subject: &Subject, _dir: &Path) -> Box<dyn Sink + Send> {
+impl Outlet for CountingOutlet {
+    fn sink(&mut self, _label: &str, _subject: &Subject, _device: Device, _dir: &Path) -> Box<dyn Sink + Send> {
         Box::new(Counting::default())
     }
     fn finished(&mut self, label: &str, _result: &Result<RunRecord>) {
@@ -249,6 +259,26 @@ impl Outlet for ScriptedOutlet {
     }
 }
 
+/// A plan of these runs, one after another.
+fn variants_plan(subjects: Vec<Subject>, capacity: u64, across: Across) -> SweepPlan {
+    let runs = variants::labels(&subjects)
+        .into_iter()
+        .zip(subjects)
+        .map(|(label, subject)| {
+            let config = config(subject, capacity, 1);
+            let trials = TrialSettings {
+                device: config.device,
+                steps: config.options.steps,
+                limit: Default::default(),
+                timeout: std::time::Duration::from_secs(60),
+                fresh_process: false,
+            };
+            PlannedRun { label, config, trials }
+        })
+        .collect();
+    SweepPlan { runs, shape: Shape::Variants(across), device_notes: Vec::new() }
+}
+
 #[test]
 fn variants_run_in_order_each_in_its_folder_with_the_fit_across_lengths() {
     let dir = tempfile::tempdir().unwrap();
@@ -257,16 +287,17 @@ fn variants_run_in_order_each_in_its_folder_with_the_fit_across_lengths() {
     let labels = variants::labels(&subjects);
     assert_eq!(labels, ["seq-64", "seq-16", "seq-32"]);
     let capacity = 200 * MIB;
-    let configs = labels.iter().cloned().zip(subjects).map(|(l, s)| (l, config(s, capacity, 1))).collect();
-    let mut outlet = ScriptedOutlet { capacity, tops: Vec::new(), finished: Vec::new() };
-    let run = variants::run(configs, dir.path(), Across { seq_lens: true, world_sizes: false }, &mut outlet).unwrap();
+    let plan = variants_plan(subjects, capacity, Across { seq_lens: true, world_sizes: false });
+    let mut outlet = CountingOutlet::default();
+    let run = execute(&plan, dir.path(), &mut ScriptedTrials { capacity }, &mut outlet).unwrap();
+    let index = run.index.as_ref().unwrap();
     assert_eq!(outlet.finished, labels);
-    assert_eq!(run.index.folders, labels);
+    assert_eq!(index.folders, labels);
     assert!(run.failed.is_empty());
     // The top is rewritten after every variant, then once more with the fits.
     assert_eq!(outlet.tops.len(), 4);
     assert!(outlet.tops[..3].iter().all(|t| t.seq_lens.is_none()));
-    let seq = run.index.seq_lens.as_ref().unwrap();
+    let seq = index.seq_lens.as_ref().unwrap();
     assert_eq!(outlet.tops[3].seq_lens.as_ref(), Some(seq));
     // Each length's max, as its own line allows: (capacity - fixed) / (length x 64 KiB).
     for (label, report) in &run.reports {

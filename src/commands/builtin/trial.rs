@@ -24,7 +24,7 @@ fn spec_of(args: &TrialArgs) -> Result<TrialSpec> {
     let (device, _) = device::resolve(request)?;
     let limit = CapacityLimit { cpu_bytes: args.cpu_limit, cuda_fraction: None };
     Ok(TrialSpec {
-        workload: Some(crate::commands::workload_config(&args.workload)?),
+        workload: Some(crate::sweep::subjects::one_workload(&args.workload.options())?),
         // By hand, the whole record: every step broken down.
         breakdown: true,
         ..TrialSpec::new(batch, args.steps, device, limit)

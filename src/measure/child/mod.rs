@@ -7,7 +7,8 @@
 //! TEST-ONLY [`fault`] injection (with the `fault-injection` feature; every
 //! other build has the no-op stand-in).
 //!
-//! Everything here links libtorch: the one place the `builtin` feature gates.
+//! Everything here links libtorch: the one place the `builtin` feature gates
+//! (measure/child_absent.rs stands in for the [`inspect`]ion the parent asks of it).
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::measure::failure::{first_line, is_oom_message, payload_text, Phase, StepError, GUARDED};
@@ -20,12 +21,15 @@ pub mod fault;
 #[cfg(not(feature = "fault-injection"))]
 #[path = "no_fault.rs"]
 pub mod fault;
+mod inspect;
 pub mod meter;
 pub mod networks;
 pub mod optim;
 pub mod shim;
 pub mod trial;
 pub mod workload;
+
+pub use inspect::{parameter_count, torchscript_classes};
 
 /// libtorch's name for a device.
 pub fn tch_device(device: Device) -> tch::Device {

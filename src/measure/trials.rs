@@ -1,0 +1,51 @@
+//! The runner of a subject's trials: a `vramprobe trial` child per batch
+//! for a built-in or TorchScript model, the user's command for a command.
+//! The sweep's and check's one way to measure.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::error::UsageError;
+use crate::measure::command::{CommandRunner, CommandRuns};
+use crate::measure::linked::LINKED;
+use crate::measure::model::NO_BUILTIN;
+use crate::measure::preimport::TrialStart;
+use crate::measure::runner::{BuiltInRunner, TrialRunner};
+use crate::record::device::{CapacityLimit, Device};
+use crate::record::subject::Subject;
+
+/// How each trial runs, as the sweep or check asks.
+#[derive(Debug, Clone, Copy)]
+pub struct TrialSettings {
+    pub device: Device,
+    pub steps: u32,
+    pub limit: CapacityLimit,
+    pub timeout: Duration,
+    /// A command: start each trial afresh, not forked from a pre-imported interpreter.
+    pub fresh_process: bool,
+}
+
+/// The runner of `subject`'s trials, each trial's folder (spec, records, a
+/// command's output) in `trials_dir`.
+pub fn runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> Result<Box<dyn TrialRunner + Send>> {
+    let TrialSettings { device, steps, limit, timeout, fresh_process } = how;
+    Ok(match subject {
+        Subject::BuiltIn(_) | Subject::TorchScript(_) if !LINKED => return Err(UsageError::new(NO_BUILTIN).into()),
+        Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
+            exe: std::env::current_exe().context("locating the vramprobe binary to run trials")?,
+            trials_dir,
+            workload: w.clone(),
+            device,
+            steps,
+            limit,
+            timeout,
+        }),
+        Subject::Command(c) => {
+            let runs = CommandRuns::new(c.command.clone(), c.placeholders(), trials_dir.clone())
+                .with_context(|| format!("preparing {} and vramprobe's Python hook", trials_dir.display()))?;
+            let start = TrialStart::new(&c.command.for_batch(1), fresh_process);
+            Box::new(CommandRunner { runs, device, steps, limit, timeout, start })
+        }
+    })
+}
