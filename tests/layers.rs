@@ -284,3 +284,41 @@ fn only_the_commands_know_the_command_line() {
         assert!(!code.iter().any(|l| l.contains("clap::") || l.contains("use clap")), "{} uses clap", rel.display());
     }
 }
+
+/// Each file's code lines (comments cut), by its path under src/.
+fn code_of_every_file() -> Vec<(PathBuf, Vec<String>)> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code = text.lines().map(|l| l.split("//").next().unwrap_or("").to_string()).collect();
+            (file.strip_prefix(src()).unwrap().to_path_buf(), code)
+        })
+        .collect()
+}
+
+#[test]
+fn the_writers_of_a_sweep_live_in_report() {
+    // The Sink and Outlet a sweep reports to are implemented with the formats;
+    // a test's scripted one (sweep/tests.rs) is the one exception.
+    for (rel, code) in code_of_every_file() {
+        if rel.starts_with("report") || rel.ends_with("tests.rs") {
+            continue;
+        }
+        let writer = code.iter().any(|l| l.contains("impl Sink for") || l.contains("impl Outlet for"));
+        assert!(!writer, "{} implements a sweep's writer outside report/", rel.display());
+    }
+}
+
+#[test]
+fn the_analysis_knows_nothing_of_how_trials_run_or_are_shown() {
+    for (rel, code) in code_of_every_file() {
+        if !rel.starts_with("analyze") {
+            continue;
+        }
+        let imports = code.iter().any(|l| l.contains("crate::measure") || l.contains("crate::report"));
+        assert!(!imports, "{} imports measure/ or report/", rel.display());
+    }
+}

@@ -1,7 +1,8 @@
 //! Pure functions over measurements: the memory line and its budget
 //! ([`fit`]), the 2-D batch x length fit ([`seqfit`]), the batch-size search
 //! strategies and the peers' ([`search`]), a step's trace scaled to a batch
-//! not run ([`trace_scale`]), the sweep's conclusions
+//! not run ([`trace_scale`]) and a CPU run's reserved bytes on a GPU at
+//! batches not run ([`device_curve`]), the sweep's conclusions
 //! ([`analysis`]: max, recommended and fastest batch), GPU profiles and what
 //! a measured line predicts on them ([`profile`], [`whatif`], part by part
 //! in [`device_memory`]), and how a
@@ -14,6 +15,7 @@
 //! other): may import only `record` (the measured values), `units` and
 //! `error`.
 pub mod analysis;
+pub mod device_curve;
 pub mod device_memory;
 pub mod fastest;
 pub mod fit;

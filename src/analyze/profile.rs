@@ -2,7 +2,7 @@
 //! planning on a GPU you do not have): those shipped in the repository are
 //! compiled into the binary; any path to a TOML file works too. Every error
 //! names the file, the line and the field. (Workload presets, a command-line
-//! matter, are read by commands/preset.rs with the same helpers.)
+//! matter, are read by sweep/preset.rs with the same helpers.)
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};

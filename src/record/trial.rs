@@ -142,7 +142,7 @@ pub struct StepRecord {
     pub optimizer_peak_bytes: Option<u64>,
     /// A built-in model's CPU step: the peak bytes a CUDA device would
     /// reserve for the same allocations and frees, in the same order, by
-    /// the model of its caching allocator (measure::device::caching_allocator).
+    /// the model of its caching allocator (record::caching_allocator).
     /// The CPU's own op semantics stand (autocast casts other ops on CUDA).
     #[serde(default)]
     pub predicted_cuda_peak_reserved_bytes: Option<u64>,

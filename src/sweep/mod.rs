@@ -10,7 +10,6 @@
 //! Layer 2: may import `report` (the sinks and outlet it writes through),
 //! `analyze` (the run's [`RunRecord`] is built here), `measure`, `record`,
 //! `units`, `interrupt`, `error`; never `train`, `bench` or `commands`.
-mod device_curve;
 pub mod execute;
 pub mod layout;
 pub mod preset;
@@ -23,6 +22,7 @@ pub mod whole_job;
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
+use crate::analyze::device_curve;
 use crate::analyze::fit::{round_down, Budget, Fit};
 use crate::analyze::note::Note;
 use crate::analyze::run::{RunRecord, RunStatus, REPORT_SCHEMA_VERSION};

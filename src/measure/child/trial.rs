@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use crate::measure::child::meter::MemoryMeter;
 use crate::measure::child::workload::{PhaseTimes, Workload};
 use crate::measure::child::{breakdown, shim};
-use crate::measure::device::caching_allocator::CachingAllocator;
 use crate::measure::failure::StepError;
+use crate::record::caching_allocator::CachingAllocator;
 use crate::record::device::Device;
 use crate::record::trial::{Message, Outcome, StartRecord, StepRecord, StepTrace, TrialSpec, PROTOCOL_VERSION};
 

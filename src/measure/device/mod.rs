@@ -1,7 +1,7 @@
 //! Where a trial runs and how its memory is read: the CPU through exact host
-//! tracking, CUDA through the caching allocator's counters plus NVML, and a
-//! model of that allocator to predict a GPU's reserved bytes from a trace.
-pub mod caching_allocator;
+//! tracking, CUDA through the caching allocator's counters plus NVML (the
+//! allocator's model, to predict a GPU's reserved bytes from a trace, is
+//! record/caching_allocator.rs).
 pub mod cpu;
 pub mod cuda;
 pub mod nvml;

@@ -1,10 +1,10 @@
 //! A CPU run's reserved bytes on a GPU at batches it did not run: the last
 //! step's trace of its two largest batches scaled to each larger batch
 //! ([`crate::analyze::trace_scale`]) and replayed through the caching
-//! allocator's model ([`crate::measure::device::caching_allocator`]).
+//! allocator's model ([`crate::record::caching_allocator`]).
 use crate::analyze::device_memory::CurvePoint;
 use crate::analyze::trace_scale::Scaling;
-use crate::measure::device::caching_allocator::CachingAllocator;
+use crate::record::caching_allocator::CachingAllocator;
 use crate::record::trial::StepTrace;
 
 /// Steps replayed per batch: the first fills an empty cache, the later
