@@ -261,4 +261,114 @@ fn world_sizes_fit_the_fixed_part_and_predict_larger_jobs() {
         assert!((r.fixed_bytes.unwrap() as f64 - at(w)).abs() <= 1.0, "{r:?}");
         assert_eq!(r.global_batch, Some(r.recommended_batch * r.world_size.unwrap() as u64));
     }
+    // A world size the user names (8 nodes of 8): the same model, the parts apart.
+    let plan = vramprobe().args(["plan", "--world-size", "64,128", "--from"]).arg(&out).output().unwrap();
+    let said = String::from_utf8_lossy(&plan.stdout);
+    assert!(plan.status.success(), "{said}{}", String::from_utf8_lossy(&plan.stderr));
+    assert!(said.contains("fixed, does not shrink") && said.contains("NCCL"), "{said}");
+    let named: Vec<PlanRow> = read_csv(&out.join("plan-world-size.csv"));
+    assert_eq!(named.iter().map(|r| r.world_size).collect::<Vec<_>>(), [Some(64), Some(128)]);
+    for r in &named {
+        assert!((r.fixed_bytes.unwrap() as f64 - at(r.world_size.unwrap() as f64)).abs() <= 1.0, "{r:?}");
+    }
+}
+
+/// `--nodes 2 --launcher local`: two torchrun agents on this host, joined
+/// by a c10d rendezvous on localhost, one rank each.
+const TWO_NODES: [&str; 4] = ["--nodes", "2", "--launcher", "local"];
+
+#[test]
+fn two_nodes_on_one_host_join_and_every_rank_of_both_is_measured() {
+    let Some(torchrun) = torchrun("two_nodes_on_one_host_join_and_every_rank_of_both_is_measured") else { return };
+    let _one = one_job();
+    let dir = tempfile::tempdir().unwrap();
+    let options = [&TWO_NODES[..], &["--batches", "2,4"]].concat();
+    let (trials, plan) = sweep(&dir.path().join("nodes"), &options, &job(&torchrun, "1", DDP, &[]), &[]);
+    let steps: Vec<StepRecord> = read_csv(&dir.path().join("nodes/steps.csv"));
+    for t in &trials {
+        assert_eq!((t.outcome.name(), t.steps_completed, t.world_size), ("fits", 3, Some(2)), "{t:?}");
+        let mut seen: Vec<(Option<u32>, Option<u32>)> =
+            steps.iter().filter(|s| s.trial == t.trial).map(|s| (s.rank, s.node)).collect();
+        seen.sort();
+        seen.dedup();
+        let (ranks, nodes): (Vec<_>, Vec<_>) = seen.iter().cloned().unzip();
+        assert_eq!(ranks, [Some(0), Some(1)], "{seen:?}");
+        let mut nodes: Vec<_> = nodes.into_iter().flatten().collect();
+        nodes.sort();
+        assert_eq!(nodes, [0, 1], "one rank on each node: {seen:?}");
+        assert_eq!(steps.iter().filter(|s| s.trial == t.trial).count(), 6, "3 steps on each rank");
+    }
+    assert_eq!(plan.world_size, Some(2));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("nodes/report.json")).unwrap()).unwrap();
+    assert_eq!(report["subject"]["nodes"]["count"], 2);
+    assert_eq!(report["subject"]["nodes"]["launcher"]["kind"], "local");
+}
+
+#[test]
+fn a_rank_failing_on_the_second_node_stops_both_and_leaves_no_process() {
+    let test = "a_rank_failing_on_the_second_node_stops_both_and_leaves_no_process";
+    let Some(torchrun) = torchrun(test) else { return };
+    let _one = one_job();
+    let marker = marker(test);
+    let env = [("UNEVEN_RANK", "1:raise"), ("VRAMPROBE_TEST_MARKER", marker.as_str())];
+    let args = [&["check", "--device", "cpu", "--batch", "4"][..], &TWO_NODES].concat();
+    let done = run(&args, &job(&torchrun, "1", UNEVEN, &[]), &env);
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("rank 1 of 2") && stderr.contains("rank 1 has a bad shard"), "{stderr}");
+    assert_eq!(left_behind(&marker), Vec::<String>::new(), "processes outlived the trial");
+}
+
+#[test]
+fn a_job_across_nodes_must_be_torchrun_without_its_own_rendezvous() {
+    for (command, says) in [
+        (vec!["python", "t.py", "{batch}"], "needs a torchrun command"),
+        (vec!["torchrun", "--nnodes", "2", "t.py", "{batch}"], "leave --nnodes out"),
+    ] {
+        let done = run(&[&["sweep", "--device", "cpu"][..], &TWO_NODES].concat(), &command.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &[]);
+        assert_eq!(done.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&done.stderr).contains(says), "{}", String::from_utf8_lossy(&done.stderr));
+    }
+    let outside = vramprobe().env_remove("SLURM_JOB_ID").args(["sweep", "--nodes", "2", "--launcher", "slurm", "--", "torchrun", "t.py", "{batch}"]).output().unwrap();
+    assert_eq!(outside.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&outside.stderr).contains("inside a Slurm allocation"));
+}
+
+/// The one-host Slurm of two nodes that ./scripts/test starts
+/// (scripts/slurm-local), or a recorded skip.
+fn slurm_conf(test: &str) -> Option<String> {
+    let conf = std::env::var("VRAMPROBE_TEST_SLURM_CONF").ok().filter(|c| Path::new(c).is_file());
+    if conf.is_none() {
+        common::skip(test, "no local Slurm (./scripts/test starts one with scripts/slurm-local)");
+    }
+    conf
+}
+
+#[test]
+fn two_nodes_through_srun_inside_a_slurm_allocation() {
+    let test = "two_nodes_through_srun_inside_a_slurm_allocation";
+    let (Some(torchrun), Some(conf)) = (torchrun(test), slurm_conf(test)) else { return };
+    let _one = one_job();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("srun");
+    // salloc's own command: vramprobe, inside a two-node allocation.
+    let done = Command::new("salloc")
+        .env("SLURM_CONF", &conf)
+        .args(["--nodes", "2", "--quiet"])
+        .arg(env!("CARGO_BIN_EXE_vramprobe"))
+        .args(["sweep", "--device", "cpu", "--quiet", "--nodes", "2", "--launcher", "slurm", "--batches", "2,4", "--out"])
+        .arg(&out)
+        .arg("--")
+        .args(job(&torchrun, "1", DDP, &[]))
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let trials: Vec<SweepRow> = read_csv(&out.join("sweep.csv"));
+    let steps: Vec<StepRecord> = read_csv(&out.join("steps.csv"));
+    assert!(trials.iter().all(|t| t.outcome.name() == "fits" && t.world_size == Some(2)), "{trials:?}");
+    let mut nodes: Vec<u32> = steps.iter().filter_map(|s| s.node).collect();
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes, [0, 1], "a rank on each of Slurm's two nodes");
 }

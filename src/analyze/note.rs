@@ -38,6 +38,9 @@ pub enum Note {
     TrialStart { text: String },
     /// The explain trial: the max batch run again, its peak broken down.
     Explained { trial: u32, batch: u64 },
+    /// `--parallel`: the search ran up to `width` trials at once, in
+    /// `rounds` rounds of `trials` in all, `seconds` of wall time.
+    SideBySide { width: u32, rounds: u32, trials: u32, seconds: f64 },
     /// The explain trial at the max batch did not fit when run again.
     ExplainFailed { trial: u32, batch: u64, outcome: String },
     /// No batch fits within the margin, but `batch` fits the capacity; a
@@ -91,6 +94,12 @@ impl fmt::Display for Note {
             Note::Interrupted { signal } => {
                 write!(f, "{signal}: the sweep stopped; the trials above are what it measured")
             }
+            Note::SideBySide { width, rounds, trials, seconds } => write!(
+                f,
+                "the search ran up to {width} trials at once (--parallel): {trials} trials in {rounds} rounds, \
+                 {seconds:.1} s; each trial in its own process, so its peak is what it would be alone, and the \
+                 search decided as one trial at a time would"
+            ),
             Note::Explained { trial, batch } => write!(
                 f,
                 "trial {trial} ran the max batch {batch} again under torch's full memory profile to break its peak \

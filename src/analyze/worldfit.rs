@@ -110,6 +110,21 @@ pub struct WorldSummary {
 /// How far above the largest measured world size the predictions go.
 pub const PREDICT_UP_TO: u32 = 64;
 
+/// The per-rank max batch the fit predicts at `world_size` (never run).
+pub fn predict(fit: &WorldFit, world_size: u32, budget_bytes: u64, multiple_of: u64) -> WorldPrediction {
+    let line = fit.line_at(world_size);
+    let max_batch = line.max_batch_within(budget_bytes).unwrap_or(0);
+    let recommended_batch = round_down(max_batch, multiple_of);
+    WorldPrediction {
+        world_size,
+        fixed_bytes: line.fixed_bytes,
+        per_sample_bytes: line.per_sample_bytes,
+        max_batch,
+        recommended_batch,
+        global_batch: recommended_batch * u64::from(world_size),
+    }
+}
+
 pub fn summarize(mut measured: Vec<WorldPoint>, budget_bytes: u64, multiple_of: u64) -> WorldSummary {
     measured.sort_by_key(|p| p.world_size);
     let fit = WorldFit::fit(&measured);
@@ -119,19 +134,7 @@ pub fn summarize(mut measured: Vec<WorldPoint>, budget_bytes: u64, multiple_of: 
             let first = if largest.is_power_of_two() { largest * 2 } else { largest.next_power_of_two() };
             std::iter::successors(Some(first), |w| Some(w * 2))
                 .take_while(|&w| w <= PREDICT_UP_TO.max(largest * 2))
-                .map(|w| {
-                    let line = f.line_at(w);
-                    let max_batch = line.max_batch_within(budget_bytes).unwrap_or(0);
-                    let recommended_batch = round_down(max_batch, multiple_of);
-                    WorldPrediction {
-                        world_size: w,
-                        fixed_bytes: line.fixed_bytes,
-                        per_sample_bytes: line.per_sample_bytes,
-                        max_batch,
-                        recommended_batch,
-                        global_batch: recommended_batch * u64::from(w),
-                    }
-                })
+                .map(|w| predict(&f, w, budget_bytes, multiple_of))
                 .collect()
         })
         .unwrap_or_default();

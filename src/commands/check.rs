@@ -51,14 +51,19 @@ fn target(args: &CheckArgs) -> Result<Target> {
             if let (Subject::Command(c), Some(w)) = (&mut subject, args.world_size) {
                 c.world_size = Some(w);
             }
+            let subject = subjects::across_nodes(subject, args.nodes.nodes()?)?;
             Ok(Target { subject, batch: row.recommended_batch, plan_device: Some(row.device), fit })
         }
         (None, None, Some(batch)) if !args.command.is_empty() => {
-            let subject = subjects::one_command(&args.command, &args.workload.options(), args.world_size)?;
+            let nodes = args.nodes.nodes()?;
+            let subject = subjects::one_command(&args.command, &args.workload.options(), args.world_size, nodes)?;
             Ok(Target { subject, batch, plan_device: None, fit: None })
         }
         (None, Some(_), Some(batch)) => Ok(Target {
-            subject: Subject::of_workload(subjects::one_workload(&args.workload.options())?),
+            subject: subjects::across_nodes(
+                Subject::of_workload(subjects::one_workload(&args.workload.options())?),
+                args.nodes.nodes()?,
+            )?,
             batch,
             plan_device: None,
             fit: None,

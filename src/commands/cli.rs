@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analyze::search::StrategyKind;
+use crate::error::UsageError;
 use crate::record::device::DeviceRequest;
+use crate::record::subject::{Launcher, Nodes};
 use crate::record::workload::{Mode, OptimizerKind, Precision};
 use crate::sweep::subjects::WorkloadOptions;
 use crate::units;
@@ -78,6 +80,30 @@ pub enum Command {
     /// Internal: one trial, run by `sweep` in a child process.
     #[command(hide = true)]
     Trial(TrialArgs),
+    /// Internal: a trial of a torchrun job across nodes: its agents, started
+    /// here (or over ssh), or as one task of `srun` (--agent).
+    #[command(hide = true)]
+    Launch(LaunchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LaunchArgs {
+    #[arg(long)]
+    pub nodes: u32,
+    /// The rendezvous, host:port.
+    #[arg(long)]
+    pub endpoint: String,
+    /// The rendezvous id (the trial's).
+    #[arg(long)]
+    pub id: String,
+    /// Start the agents on these hosts over ssh, one each.
+    #[arg(long, value_delimiter = ',')]
+    pub hosts: Vec<String>,
+    /// One task of `srun`: become this node's agent.
+    #[arg(long)]
+    pub agent: bool,
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -176,6 +202,15 @@ pub struct SweepArgs {
     /// Round the recommended batch down to a multiple of this (8 suits tensor cores).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub multiple_of: u64,
+    #[command(flatten)]
+    pub nodes: NodesArgs,
+    /// Trials to run at once, each in its own process: on CUDA one per GPU,
+    /// on other idle GPUs of the device's kind [default: every such GPU; 1
+    /// on the CPU]. The search proposes as many probes a round (the next
+    /// and those each outcome would lead to) and decides exactly as it
+    /// would one trial at a time.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64), allow_negative_numbers = true)]
+    pub parallel: Option<u32>,
     /// Seconds before a trial that has not finished is killed.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub trial_timeout: u64,
@@ -317,6 +352,8 @@ pub struct CheckArgs {
     /// What {nproc} in the command becomes: the number of ranks.
     #[arg(long, value_parser = parse_world_size, requires = "command")]
     pub world_size: Option<u32>,
+    #[command(flatten)]
+    pub nodes: NodesArgs,
     /// Your own training command, after `--`, with {batch} where the batch
     /// size goes (with --batch), e.g. -- python train.py --batch-size {batch}.
     #[arg(last = true, value_name = "COMMAND", conflicts_with_all = ["model", "plan"], requires = "batch")]
@@ -367,12 +404,17 @@ pub struct ExecArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
-    /// A report.json written by `vramprobe sweep`.
+    /// A report.json written by `vramprobe sweep`; with --world-size, a
+    /// `--world-sizes` sweep's folder (or its run.json).
     #[arg(long)]
     pub from: PathBuf,
     /// A GPU profile id (see profiles/gpus), `all`, or a path to a profile .toml.
-    #[arg(long)]
-    pub gpu: String,
+    #[arg(long, required_unless_present = "world_size", conflicts_with = "world_size")]
+    pub gpu: Option<String>,
+    /// World sizes (ranks in all, e.g. 64 for 8 nodes of 8 GPUs) to predict
+    /// the per-rank batch at, from a `--world-sizes` sweep's fit, e.g. 64,128.
+    #[arg(long, value_parser = parse_world_sizes)]
+    pub world_size: Option<WorldSizes>,
     /// Share of each GPU's memory kept free [default: the run's margin].
     #[arg(long, allow_hyphen_values = true, value_parser = parse_margin)]
     pub margin: Option<f64>,
@@ -449,6 +491,56 @@ pub struct TrialArgs {
     /// By hand: stream one JSON record per line on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--launcher`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LauncherKind {
+    Local,
+    Slurm,
+    Ssh,
+}
+
+/// A torchrun job across nodes (sweep, check).
+#[derive(Debug, Clone, Args)]
+pub struct NodesArgs {
+    /// A torchrun job across nodes: each trial starts one torchrun agent per
+    /// node, joined by a c10d rendezvous vramprobe sets up (--nnodes,
+    /// --node-rank, --rdzv-endpoint), and every rank of every node is measured.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=1024))]
+    pub nodes: Option<u32>,
+    /// How the agents start: local (all on this host, to rehearse), slurm
+    /// (srun, one task per node, inside an allocation), ssh (--hosts).
+    #[arg(long, value_enum, requires = "nodes", default_value_t = LauncherKind::Local)]
+    pub launcher: LauncherKind,
+    /// With --launcher ssh: the hosts, one per node, the first holding the rendezvous.
+    #[arg(long, value_delimiter = ',', requires = "nodes")]
+    pub hosts: Vec<String>,
+}
+
+impl NodesArgs {
+    /// `--nodes`, `--launcher` and `--hosts` as the subject takes them.
+    pub fn nodes(&self) -> Result<Option<Nodes>, UsageError> {
+        nodes_of(self.nodes, self.launcher, &self.hosts)
+    }
+}
+
+fn nodes_of(nodes: Option<u32>, launcher: LauncherKind, hosts: &[String]) -> Result<Option<Nodes>, UsageError> {
+    let Some(count) = nodes else { return Ok(None) };
+    let launcher = match launcher {
+        LauncherKind::Local => Launcher::Local,
+        LauncherKind::Slurm if std::env::var_os("SLURM_JOB_ID").is_none() => {
+            return Err(UsageError::new(
+                "--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set): salloc --nodes N first",
+            ))
+        }
+        LauncherKind::Slurm => Launcher::Slurm,
+        LauncherKind::Ssh if hosts.len() != count as usize => {
+            return Err(UsageError::new(format!("--launcher ssh needs --hosts with one host per node ({count})")))
+        }
+        LauncherKind::Ssh => Launcher::Ssh { hosts: hosts.to_vec() },
+    };
+    Ok(Some(Nodes { count, launcher }))
 }
 
 /// A parsed `--input` shape (a newtype so clap treats it as one value).

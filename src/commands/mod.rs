@@ -15,6 +15,7 @@ mod builtin;
 mod check;
 pub mod cli;
 mod exec;
+mod launch;
 mod list;
 mod plan;
 mod report;
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Models(args) => list::models(args),
         Command::Devices(args) => list::devices(args),
         Command::Trial(args) => builtin::trial(args),
+        Command::Launch(args) => launch::run(args),
         Command::Train(args) => builtin::train(args),
         Command::Plan(args) => plan::run(args),
         Command::Check(args) => check::run(args),

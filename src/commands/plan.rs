@@ -1,21 +1,29 @@
 //! `vramprobe plan --from runs/X/report.json --gpu rtx3070|all|FILE`:
 //! predicts the max batch on GPUs from a measured memory line; `--explain`
 //! shows the device memory part by part.
+use std::path::Path;
+
 use anyhow::{Context, Result};
 
 use crate::analyze::analysis::FitBasis;
 use crate::analyze::profile;
 use crate::analyze::whatif::{predict_for, GpuPrediction};
+use crate::analyze::worldfit;
 use crate::commands::cli::PlanArgs;
 use crate::error::UsageError;
 use crate::report::csv::{self, gpu_plan_row, PlanRow};
 use crate::report::device_memory::{self, MemoryRow};
-use crate::report::gpu_plan;
+use crate::report::{gpu_plan, world_plan};
 use crate::report::output::write_atomic;
 
 pub fn run(args: PlanArgs) -> Result<i32> {
+    let gpu = match (&args.gpu, &args.world_size) {
+        (_, Some(sizes)) => return world_sizes(&args, &sizes.0),
+        (Some(gpu), None) => gpu,
+        (None, None) => return Err(UsageError::new("plan needs --gpu or --world-size").into()),
+    };
     // The GPU names are checked before the file is read: a typo costs nothing.
-    let gpus = profile::resolve_gpus(&args.gpu).map_err(|e| UsageError::new(e.to_string()))?;
+    let gpus = profile::resolve_gpus(gpu).map_err(|e| UsageError::new(e.to_string()))?;
     let report = crate::report::json::read_report(&args.from)?;
     let analysis = report.analysis.as_ref().ok_or_else(|| {
         UsageError::new(format!("{}: the run has no analysis (it did not finish)", args.from.display()))
@@ -59,5 +67,33 @@ pub fn run(args: PlanArgs) -> Result<i32> {
         rows.len(),
         out.display()
     );
+    Ok(0)
+}
+
+/// `--world-size`: the per-rank batch at world sizes not run, from a
+/// `--world-sizes` sweep's fit, with what shrinks and what does not apart.
+fn world_sizes(args: &PlanArgs, sizes: &[u32]) -> Result<i32> {
+    let dir = if args.from.is_dir() { args.from.clone() } else { args.from.parent().unwrap_or(Path::new(".")).into() };
+    let index = crate::report::json::read_index(&dir.join("run.json"))?;
+    let not_fitted = || {
+        UsageError::new(format!(
+            "{}: no fit across world sizes here: plan --world-size reads a `sweep --world-sizes N1,N2 -- ... {{nproc}}` \
+             folder with two world sizes that fit",
+            dir.display()
+        ))
+    };
+    let summary = index.world_sizes.as_ref().ok_or_else(not_fitted)?;
+    let fit = summary.fit.ok_or_else(not_fitted)?;
+    let predictions: Vec<_> =
+        sizes.iter().map(|&w| worldfit::predict(&fit, w, summary.budget_bytes, args.multiple_of)).collect();
+    print!("{}", world_plan::summary(summary, &fit, &predictions));
+    let mut reports = Vec::new();
+    for folder in &index.folders {
+        reports.push(crate::report::json::read_report(&dir.join(folder).join("report.json"))?);
+    }
+    let rows = crate::report::world_plan_rows(&reports.iter().collect::<Vec<_>>(), &predictions);
+    let out = args.out.clone().unwrap_or_else(|| dir.join("plan-world-size.csv"));
+    write_atomic(&out, &csv::to_bytes::<PlanRow>(rows)?).context("writing the world-size plan")?;
+    println!("Wrote {} (predicted rows: run `vramprobe check --plan {} --row N` on the real job first)", out.display(), out.display());
     Ok(0)
 }

@@ -16,14 +16,15 @@ use crate::sweep::subjects::SubjectOptions;
 use crate::sweep::variants::Across;
 use crate::sweep::{BatchChoice, RunOptions};
 
-fn request(args: &SweepArgs) -> SweepRequest {
-    SweepRequest {
+fn request(args: &SweepArgs) -> Result<SweepRequest> {
+    Ok(SweepRequest {
         subjects: SubjectOptions {
             workload: args.workload.options(),
             profile: args.profile.clone(),
             command: args.command.clone(),
             seq_lens: args.seq_lens.as_ref().map(|l| l.0.clone()),
             world_sizes: args.world_sizes.as_ref().map(|w| w.0.clone()),
+            nodes: args.nodes.nodes()?,
         },
         device: args.device,
         trial_timeout: Duration::from_secs(args.trial_timeout),
@@ -39,15 +40,16 @@ fn request(args: &SweepArgs) -> SweepRequest {
             capacity: args.capacity,
             margin_fraction: args.margin,
             multiple_of: args.multiple_of,
+        parallel: args.parallel,
             breakdown: !args.no_breakdown && args.breakdown.breakdown_on(),
             rehearsal_seconds: args.rehearsal_time as f64,
             command_line: std::env::args().collect(),
         },
-    }
+    })
 }
 
 pub fn run(args: SweepArgs) -> Result<i32> {
-    let plan = layout::resolve(&request(&args))?;
+    let plan = layout::resolve(&request(&args)?)?;
     let (_, stamp) = environment::utc_now();
     let out_dir = output::prepare_out_dir(args.out.as_deref(), &plan.name(), &stamp, args.force)?;
     for note in &plan.device_notes {

@@ -13,7 +13,7 @@ use crate::measure::private;
 use crate::measure::runner::TrialKind;
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::rehearsal::RehearsalSpec;
-use crate::record::subject::{Placeholders, UserCommand};
+use crate::record::subject::{Nodes, Placeholders, UserCommand};
 use crate::record::trial::{StepRecord, TrialResult, TrialSpec};
 
 /// The hook, embedded in the binary and written to the cache on first use.
@@ -78,13 +78,19 @@ pub struct CommandRuns {
     pub at: Placeholders,
     pub trials_dir: PathBuf,
     pub hook_dir: PathBuf,
+    /// A trial run beside another on a GPU of its own: the one GPU its
+    /// command sees (CUDA_VISIBLE_DEVICES), whatever device it names.
+    pub only_gpu: Option<usize>,
+    /// A torchrun job across nodes: each trial starts its agents through `vramprobe launch`.
+    pub nodes: Option<Nodes>,
 }
 
 impl CommandRuns {
     /// Installs the hook and claims `trials_dir` (private, as each trial's folder in it).
     pub fn new(command: UserCommand, at: Placeholders, trials_dir: PathBuf) -> std::io::Result<CommandRuns> {
         private::own_dir(&trials_dir)?;
-        Ok(CommandRuns { command, at, trials_dir, hook_dir: install_hook(&private::cache_dir()?)? })
+        let hook_dir = install_hook(&private::cache_dir()?)?;
+        Ok(CommandRuns { command, at, trials_dir, hook_dir, only_gpu: None, nodes: None })
     }
 
     /// Trial `n` of `spec`, in its own folder `NNN-batch-B`, forked from
@@ -97,7 +103,17 @@ impl CommandRuns {
     ) -> std::io::Result<CommandTrial<'a>> {
         let dir = crate::measure::runner::trial_dir(&self.trials_dir, n, spec.batch);
         private::own_dir(&dir)?;
-        Ok(CommandTrial { command: &self.command, spec, at: self.at, dir, hook_dir: &self.hook_dir, zygote })
+        let across = match &self.nodes {
+            Some(nodes) => Some(Across {
+                nodes,
+                exe: std::env::current_exe()?,
+                endpoint: crate::measure::launch::endpoint(nodes)?,
+                id: format!("vramprobe-{}-{n}", std::process::id()),
+            }),
+            None => None,
+        };
+        let (command, at, hook_dir, only_gpu) = (&self.command, self.at, &self.hook_dir, self.only_gpu);
+        Ok(CommandTrial { command, spec, at, dir, hook_dir, zygote, only_gpu, across })
     }
 }
 
@@ -159,6 +175,18 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
     fn how_trials_start(&self) -> Option<String> {
         self.start.describe()
     }
+
+    fn beside(&self, device: Device) -> Option<Box<dyn crate::measure::runner::TrialRunner + Send>> {
+        // Its own pre-imported interpreter (or none, as this one), its own GPU.
+        let fresh = matches!(self.start, TrialStart::Fresh(_));
+        let start = TrialStart::new(&self.runs.command.for_batch(1), fresh);
+        let (device, only_gpu) = match device {
+            Device::Cuda(i) => (Device::Cuda(0), Some(i)),
+            Device::Cpu => (Device::Cpu, None),
+        };
+        let runs = CommandRuns { only_gpu, ..self.runs.clone() };
+        Some(Box::new(CommandRunner { runs, device, start, ..*self }))
+    }
 }
 
 /// One trial of the user's command.
@@ -173,6 +201,19 @@ pub struct CommandTrial<'a> {
     pub hook_dir: &'a Path,
     /// The pre-imported interpreter to fork the trial from, if any.
     pub zygote: Option<&'a Zygote>,
+    /// The one GPU the command sees, when it runs beside others.
+    pub only_gpu: Option<usize>,
+    /// A job across nodes: how this trial's agents meet.
+    pub across: Option<Across<'a>>,
+}
+
+/// A trial of a job across nodes: its nodes and launcher, the vramprobe
+/// binary that launches the agents, and the trial's own rendezvous.
+pub struct Across<'a> {
+    pub nodes: &'a Nodes,
+    pub exe: PathBuf,
+    pub endpoint: String,
+    pub id: String,
 }
 
 impl TrialKind for CommandTrial<'_> {
@@ -187,9 +228,10 @@ impl TrialKind for CommandTrial<'_> {
     fn command(&self) -> Command {
         let batch = self.spec.batch;
         let argv = self.command.for_trial(batch, &self.at);
-        let mut command = match self.zygote {
-            Some(z) => z.relay(self.hook_dir, &argv),
-            None => {
+        let mut command = match (&self.across, self.zygote) {
+            (Some(a), _) => crate::measure::launch::trial_command(&a.exe, a.nodes, &argv, &a.endpoint, &a.id),
+            (None, Some(z)) => z.relay(self.hook_dir, &argv),
+            (None, None) => {
                 let mut command = Command::new(&argv[0]);
                 command.args(&argv[1..]);
                 command
@@ -211,6 +253,9 @@ impl TrialKind for CommandTrial<'_> {
         if let Some(fraction) = self.spec.limit.cuda_fraction {
             crate::measure::device::cuda::limit_child(&mut command, fraction);
         }
+        if let Some(gpu) = self.only_gpu {
+            command.env("CUDA_VISIBLE_DEVICES", gpu.to_string());
+        }
         command
     }
 
@@ -219,6 +264,9 @@ impl TrialKind for CommandTrial<'_> {
     }
 
     fn nvml_device(&self) -> Option<usize> {
+        if self.only_gpu.is_some() {
+            return self.only_gpu;
+        }
         match self.spec.device {
             Device::Cuda(i) => Some(i),
             Device::Cpu => None,

@@ -20,6 +20,7 @@ pub mod command;
 pub mod device;
 pub mod environment;
 pub mod failure;
+pub mod launch;
 #[cfg_attr(not(feature = "builtin"), path = "linked_absent.rs")]
 pub mod linked;
 pub mod model;

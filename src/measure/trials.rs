@@ -44,7 +44,11 @@ pub fn runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> Res
         Subject::Command(c) => {
             let runs = CommandRuns::new(c.command.clone(), c.placeholders(), trials_dir.clone())
                 .with_context(|| format!("preparing {} and vramprobe's Python hook", trials_dir.display()))?;
-            let start = TrialStart::new(&c.command.for_batch(1), fresh_process);
+            let runs = CommandRuns { nodes: c.nodes.clone(), ..runs };
+            let start = match &c.nodes {
+                Some(n) => TrialStart::Fresh(format!("a job across {} nodes starts its agents afresh", n.count)),
+                None => TrialStart::new(&c.command.for_batch(1), fresh_process),
+            };
             Box::new(CommandRunner { runs, device, steps, limit, timeout, start })
         }
     })

@@ -34,11 +34,44 @@ pub struct CommandSubject {
     /// What `{nproc}` became: the ranks of a distributed job (`--world-sizes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u32>,
+    /// A torchrun job across several nodes (`--nodes`), and how its agents start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Nodes>,
+}
+
+/// A torchrun job spanning `count` nodes: one torchrun agent per node,
+/// joined by a c10d rendezvous, started by `launcher`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nodes {
+    pub count: u32,
+    pub launcher: Launcher,
+}
+
+/// What starts a multi-node trial's agents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Launcher {
+    /// Every agent on this host: how a laptop or CI rehearses a multi-node job.
+    Local,
+    /// `srun`, one task per node, inside a Slurm allocation.
+    Slurm,
+    /// `ssh`, one agent per host, the first host holding the rendezvous.
+    Ssh { hosts: Vec<String> },
+}
+
+impl Launcher {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Launcher::Local => "local",
+            Launcher::Slurm => "slurm",
+            Launcher::Ssh { .. } => "ssh",
+        }
+    }
 }
 
 impl CommandSubject {
     pub fn new(command: UserCommand, at: Placeholders) -> CommandSubject {
-        CommandSubject { command, seq_len: at.seq_len, world_size: at.nproc }
+        CommandSubject { command, seq_len: at.seq_len, world_size: at.nproc, nodes: None }
     }
 
     pub fn placeholders(&self) -> Placeholders {

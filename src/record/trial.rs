@@ -23,7 +23,7 @@ use crate::record::workload::WorkloadConfig;
 /// The version of the trial protocol (the spec and the records); bump it
 /// when either changes. The hook writes the same number
 /// (`PROTOCOL_VERSION` in vramprobe_trial.py; a test checks they agree).
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The trial's spec in its folder.
 pub const SPEC_FILE: &str = "spec.json";
@@ -97,6 +97,10 @@ pub struct StepRecord {
     /// world size (filled in by the parent; empty for one process).
     #[serde(default)]
     pub rank: Option<u32>,
+    /// The node of a job across nodes that took the step (torchrun's
+    /// GROUP_RANK; 0 on one node), filled in by the parent.
+    #[serde(default)]
+    pub node: Option<u32>,
     #[serde(default)]
     pub world_size: Option<u32>,
     pub step: u32,
@@ -288,6 +292,9 @@ pub struct StartRecord {
     pub local_rank: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u32>,
+    /// torchrun's GROUP_RANK: the node the rank runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
     /// Command mode, in the start record sent at the first step: what marked it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_mark: Option<StepMark>,

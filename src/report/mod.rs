@@ -32,10 +32,11 @@ pub mod train_log;
 pub mod verdict;
 pub mod watch;
 pub mod why;
+pub mod world_plan;
 
 use crate::analyze::analysis::SeqSummary;
 use crate::analyze::run::{Layout, RunIndex, RunRecord};
-use crate::analyze::worldfit::WorldSummary;
+use crate::analyze::worldfit::{WorldPrediction, WorldSummary};
 
 /// A file of a run folder: its name and its bytes.
 pub type RunFile = (&'static str, Vec<u8>);
@@ -119,16 +120,22 @@ pub fn top_files(index: &RunIndex, runs: &[(String, &RunRecord)]) -> anyhow::Res
     Ok(files)
 }
 
+/// plan.csv rows for world sizes not run, each from the largest measured
+/// world size's run (its subject, device and budget).
+pub fn world_plan_rows(reports: &[&RunRecord], predictions: &[WorldPrediction]) -> Vec<csv::PlanRow> {
+    let largest =
+        reports.iter().filter_map(|r| Some((r.world_size()?, *r, r.analysis.as_ref()?))).max_by_key(|(w, _, _)| *w);
+    match largest {
+        Some((_, r, a)) => predictions.iter().map(|p| csv::world_plan_row(r, a, p)).collect(),
+        None => Vec::new(),
+    }
+}
+
 /// The files of a `--world-sizes` sweep's fit: `world-sizes.json` and
 /// `plan-world-sizes.csv` (one predicted row per world size not run, from
 /// the largest measured world size's run).
 pub fn world_files(reports: &[&RunRecord], summary: &WorldSummary) -> anyhow::Result<Vec<RunFile>> {
-    let largest =
-        reports.iter().filter_map(|r| Some((r.world_size()?, *r, r.analysis.as_ref()?))).max_by_key(|(w, _, _)| *w);
-    let rows: Vec<csv::PlanRow> = match largest {
-        Some((_, r, a)) => summary.predictions.iter().map(|p| csv::world_plan_row(r, a, p)).collect(),
-        None => Vec::new(),
-    };
+    let rows = world_plan_rows(reports, &summary.predictions);
     Ok(vec![
         ("world-sizes.json", json::to_pretty(summary)?),
         ("plan-world-sizes.csv", csv::to_bytes::<csv::PlanRow>(rows)?),

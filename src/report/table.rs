@@ -329,7 +329,7 @@ pub fn seq_lengths(s: &SeqSummary) -> String {
 }
 
 /// Signed bytes, for a part that may shrink with the world size.
-fn signed_bytes(b: f64) -> String {
+pub fn signed_bytes(b: f64) -> String {
     if b < 0.0 {
         format!("-{}", human_bytes(-b))
     } else {

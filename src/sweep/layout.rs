@@ -104,19 +104,22 @@ pub fn resolve(request: &SweepRequest) -> Result<SweepPlan> {
             .into())
         }
     };
+    let side_by_side = shape != Shape::Devices;
     let runs = pairs
         .into_iter()
-        .map(|(label, subject, (device, note))| planned_run(request, label, subject, device, note))
+        .map(|(label, subject, (device, note))| planned_run(request, label, subject, (device, note), side_by_side))
         .collect::<Result<_>>()?;
     Ok(SweepPlan { runs, shape, device_notes })
 }
 
+/// A run's config and trial settings; its trials go beside each other
+/// (`--parallel`) unless the runs themselves already do (`--device all`).
 fn planned_run(
     request: &SweepRequest,
     label: String,
     subject: Subject,
-    device: Device,
-    note: Option<String>,
+    (device, note): (Device, Option<String>),
+    side_by_side: bool,
 ) -> Result<PlannedRun> {
     let options = request.each_run.clone();
     let trials = TrialSettings {
@@ -126,10 +129,14 @@ fn planned_run(
         timeout: request.trial_timeout,
         fresh_process: request.fresh_process,
     };
-    let mut notes: Vec<Note> = note.into_iter().map(|text| Note::Device { text }).collect();
+    let (beside, short) = match side_by_side {
+        true => device::beside(device, options.parallel),
+        false => (Vec::new(), None),
+    };
+    let mut notes: Vec<Note> = note.into_iter().chain(short).map(|text| Note::Device { text }).collect();
     if let (Subject::Command(_), Device::Cpu, Some(_)) = (&subject, device, options.capacity) {
         notes.push(Note::CapacityNotEnforced);
     }
-    let config = SweepConfig { subject, device, notes, options };
+    let config = SweepConfig { subject, device, beside, notes, options };
     Ok(PlannedRun { label, config, trials })
 }

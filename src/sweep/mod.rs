@@ -16,6 +16,7 @@ pub mod preset;
 pub mod subjects;
 #[cfg(test)]
 mod tests;
+mod beside;
 pub mod variants;
 pub mod whole_job;
 
@@ -62,6 +63,8 @@ pub struct RunOptions {
     pub capacity: Option<u64>,
     pub margin_fraction: f64,
     pub multiple_of: u64,
+    /// `--parallel`: trials at once (`None`: one on the CPU, every idle GPU of the kind on CUDA).
+    pub parallel: Option<u32>,
     pub command_line: Vec<String>,
     /// Break the max batch's peak down by category (`--breakdown`).
     pub breakdown: bool,
@@ -75,6 +78,9 @@ pub struct SweepConfig {
     /// What the runner's trials measure, as the report names it.
     pub subject: Subject,
     pub device: Device,
+    /// Where trials run beside the run's own (`--parallel`): more CPU
+    /// processes, or idle GPUs of the device's kind.
+    pub beside: Vec<Device>,
     pub notes: Vec<Note>,
     pub options: RunOptions,
 }
@@ -116,6 +122,8 @@ struct Sweep<'a> {
     /// The last step's trace of each batch that fitted (built-in models on
     /// the CPU), for the GPU curve; kept here, never in the report.
     traces: Vec<(u64, StepTrace)>,
+    /// Runners of trials beside the sweep's own (`--parallel`).
+    beside: Vec<Box<dyn TrialRunner + Send>>,
 }
 
 impl Sweep<'_> {
@@ -144,7 +152,16 @@ impl Sweep<'_> {
         let trial = self.report.trials.len() as u32 + 1;
         self.sink.trial_started(trial, batch);
         let sink = &mut *self.sink;
-        let mut result = self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?;
+        let result = self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?;
+        self.keep_trial(result)?;
+        self.stop_if_interrupted()?;
+        Ok(self.report.trials.last().expect("just pushed"))
+    }
+
+    /// Takes a finished trial into the run: its trace, the budget (from the
+    /// first trial that reports it), the sink's line, notes, the run's files.
+    fn keep_trial(&mut self, mut result: TrialResult) -> Result<()> {
+        let batch = result.batch;
         let trace = result.steps.iter_mut().filter_map(|s| s.trace.take()).last();
         if let Some(trace) = trace.filter(|_| result.outcome == Outcome::Fits) {
             self.traces.push((batch, *trace));
@@ -166,9 +183,7 @@ impl Sweep<'_> {
             self.report.notes.push(Note::BackwardSteps);
         }
         self.report.trials.push(result);
-        self.sink.keep(&self.report)?;
-        self.stop_if_interrupted()?;
-        Ok(self.report.trials.last().expect("just pushed"))
+        self.sink.keep(&self.report)
     }
 
     /// Memory that grows from step to step makes every peak an
@@ -198,6 +213,17 @@ impl Sweep<'_> {
             max_batch: self.cfg.effective_max_batch(),
             tolerance: self.cfg.options.tolerance,
         }
+    }
+
+    /// How a trial the search asked for went: as the budget judges it, or
+    /// failed when it shows the command ignoring its batch.
+    fn judged(&mut self, trial: &TrialResult) -> Observation {
+        if let Some(note) = self.batch_ignored(trial) {
+            let message = note.to_string();
+            self.report.notes.push(note);
+            return Observation::Failed { message };
+        }
+        self.observation(trial)
     }
 
     fn observation(&self, trial: &TrialResult) -> Observation {
@@ -492,12 +518,15 @@ impl search::Oracle for Sweep<'_> {
             return Ok(self.observation(trial));
         }
         let trial = self.run_trial(batch, self.breakdown_is_free())?.clone();
-        if let Some(note) = self.batch_ignored(&trial) {
-            let message = note.to_string();
-            self.report.notes.push(note);
-            return Ok(Observation::Failed { message });
+        Ok(self.judged(&trial))
+    }
+
+    fn probe_all(&mut self, batches: &[u64]) -> Result<Vec<Observation>> {
+        if batches.len() == 1 || batches.len() > self.beside.len() + 1 || self.margin_off {
+            return batches.iter().map(|&b| self.probe(b)).collect();
         }
-        Ok(self.observation(&trial))
+        let trials = self.run_round(batches)?;
+        Ok(trials.iter().map(|t| self.judged(t)).collect())
     }
 }
 
@@ -523,10 +552,11 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         notes: cfg.notes.clone(),
     };
     sink.keep(&report)?;
-    let mut sweep = Sweep { cfg, runner, sink, report, budget: None, margin_off: false, traces: Vec::new() };
+    let beside = cfg.beside.iter().filter_map(|&device| runner.beside(device)).collect();
+    let mut sweep = Sweep { cfg, runner, sink, report, budget: None, margin_off: false, traces: Vec::new(), beside };
 
     let mut strategy = cfg.strategy();
-    let (_, mut result) = search::run(strategy.as_mut(), &mut sweep)?;
+    let mut result = sweep.search(strategy.as_mut())?;
     let ignored = sweep.report.notes.iter().any(|n| matches!(n, Note::BatchIgnored { .. }));
     if ignored {
         // No max from a command that ignores its batch; its note says why the search stopped.

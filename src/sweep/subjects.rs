@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::error::UsageError;
-use crate::measure::linked;
+use crate::measure::{launch, linked};
 use crate::measure::model::{self, InputKind, ModelSpec, NO_BUILTIN};
-use crate::record::subject::{CommandSubject, Placeholders, Subject, UserCommand};
+use crate::record::subject::{CommandSubject, Nodes, Placeholders, Subject, UserCommand};
 use crate::record::workload::{Mode, OptimizerKind, Precision, WorkloadConfig};
 use crate::sweep::preset::{self, WorkloadProfile};
 
@@ -39,12 +39,17 @@ pub struct SubjectOptions {
     pub command: Vec<String>,
     pub seq_lens: Option<Vec<i64>>,
     pub world_sizes: Option<Vec<u32>>,
+    /// `--nodes`: a torchrun command's job across nodes.
+    pub nodes: Option<Nodes>,
 }
 
 /// The sweep's subjects: one per (optimizer, precision, mode, sequence
 /// length) of a model, or per (world size, sequence length) of a command.
 pub fn sweep_subjects(options: &SubjectOptions) -> Result<Vec<Subject>> {
     if options.command.is_empty() {
+        if options.nodes.is_some() {
+            return Err(UsageError::new("--nodes is for your torchrun command, after --").into());
+        }
         return Ok(sweep_workloads(options)?.into_iter().map(Subject::of_workload).collect());
     }
     refuse_model_options(&options.workload)?;
@@ -64,19 +69,42 @@ pub fn sweep_subjects(options: &SubjectOptions) -> Result<Vec<Subject>> {
     let mut subjects = Vec::new();
     for &nproc in &world_sizes {
         for &seq_len in &seq_lens {
-            subjects.push(Subject::Command(CommandSubject::new(command.clone(), Placeholders { seq_len, nproc })));
+            let subject = Subject::Command(CommandSubject::new(command.clone(), Placeholders { seq_len, nproc }));
+            subjects.push(across_nodes(subject, options.nodes.clone())?);
         }
     }
     Ok(subjects)
 }
 
-/// One command at one length (`--seq-len`) and world size (check).
-pub fn one_command(argv: &[String], options: &WorkloadOptions, world_size: Option<u32>) -> Result<Subject> {
+/// A command subject as a job across `nodes` (when given): a torchrun
+/// command, without the rendezvous options vramprobe sets.
+pub fn across_nodes(subject: Subject, nodes: Option<Nodes>) -> Result<Subject, UsageError> {
+    match (subject, nodes) {
+        (subject, None) => Ok(subject),
+        (Subject::Command(mut c), Some(nodes)) => {
+            if let Some(why) = launch::refuse(&c.command.argv) {
+                return Err(UsageError::new(why));
+            }
+            c.nodes = Some(nodes);
+            Ok(Subject::Command(c))
+        }
+        (_, Some(_)) => Err(UsageError::new("--nodes is for your torchrun command, not a built-in model")),
+    }
+}
+
+/// One command at one length (`--seq-len`) and world size, on one node or several (check).
+pub fn one_command(
+    argv: &[String],
+    options: &WorkloadOptions,
+    world_size: Option<u32>,
+    nodes: Option<Nodes>,
+) -> Result<Subject> {
     refuse_model_options(options)?;
     let command = UserCommand::new(argv.to_vec())?;
     let seq_len = options.seq_len;
     check_placeholders(&command, seq_len.is_some(), world_size.is_some())?;
-    Ok(Subject::Command(CommandSubject::new(command, Placeholders { seq_len, nproc: world_size })))
+    let subject = Subject::Command(CommandSubject::new(command, Placeholders { seq_len, nproc: world_size }));
+    Ok(across_nodes(subject, nodes)?)
 }
 
 /// One model workload (check, trial): at most one precision, mode and optimizer.

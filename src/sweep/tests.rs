@@ -129,7 +129,13 @@ fn workload(model: &str, input: Vec<i64>) -> WorkloadConfig {
 }
 
 fn config(subject: Subject, capacity: u64, multiple_of: u64) -> SweepConfig {
-    SweepConfig { subject, device: Device::Cpu, notes: Vec::new(), options: options(capacity, multiple_of) }
+    SweepConfig {
+        subject,
+        device: Device::Cpu,
+        beside: Vec::new(),
+        notes: Vec::new(),
+        options: options(capacity, multiple_of),
+    }
 }
 
 fn options(capacity: u64, multiple_of: u64) -> RunOptions {
@@ -141,6 +147,7 @@ fn options(capacity: u64, multiple_of: u64) -> RunOptions {
         capacity: Some(capacity),
         margin_fraction: 0.0,
         multiple_of,
+        parallel: None,
         command_line: Vec::new(),
         breakdown: true,
         rehearsal_seconds: 60.0,

@@ -92,7 +92,7 @@ const MAX_GUIDED: u32 = 6;
 /// Below this r² the line is not trusted to place probes.
 const MIN_R2: f64 = 0.99;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct FitGuided {
     /// Why the search fell back to bisection, once it has.
     fallback: Option<String>,

@@ -2,6 +2,7 @@
 //! at the first that does not fit. The max is the largest that fit.
 use super::{bracket, Probe, SearchLimits, SearchResult, Step, Strategy};
 
+#[derive(Clone)]
 pub struct ListedBatches(pub Vec<u64>);
 
 impl Strategy for ListedBatches {

@@ -5,6 +5,7 @@
 pub mod fit_guided;
 pub mod list;
 pub mod peers;
+pub mod side_by_side;
 pub mod synthetic;
 
 use std::fmt;
@@ -88,8 +89,20 @@ pub enum Step {
 /// A batch-size search. `limits` may tighten between calls (the budget is
 /// only known once the first trial has measured the memory outside PyTorch);
 /// the first move never depends on it.
-pub trait Strategy {
+pub trait Strategy: Fork {
     fn next(&mut self, probes: &[Probe], limits: &SearchLimits) -> Step;
+}
+
+/// A copy of a strategy as it stands, to ask what it would do next under
+/// an outcome not yet known ([`side_by_side`]).
+pub trait Fork {
+    fn fork(&self) -> Box<dyn Strategy>;
+}
+
+impl<T: Strategy + Clone + 'static> Fork for T {
+    fn fork(&self) -> Box<dyn Strategy> {
+        Box::new(self.clone())
+    }
 }
 
 /// The strategies `--strategy` offers.
@@ -166,6 +179,11 @@ pub trait Oracle {
     fn limits(&self) -> SearchLimits;
     /// Runs `batch` and says how it went; an error stops the search.
     fn probe(&mut self, batch: u64) -> Result<Observation, Self::Error>;
+    /// Runs these batches at once (one after another unless the oracle can
+    /// do better), each observation in the order asked.
+    fn probe_all(&mut self, batches: &[u64]) -> Result<Vec<Observation>, Self::Error> {
+        batches.iter().map(|&b| self.probe(b)).collect()
+    }
 }
 
 /// Fixed limits and a probe that cannot fail: the benchmark's and the tests'.
@@ -190,22 +208,14 @@ impl<F: FnMut(u64) -> Observation> Oracle for Fixed<'_, F> {
 /// strategy for a batch, probes it, until the strategy finishes or
 /// [`MAX_TRIALS`] probes have run (then the max is the bracket's lower end).
 pub fn run<O: Oracle>(strategy: &mut dyn Strategy, oracle: &mut O) -> Result<(Vec<Probe>, SearchResult), O::Error> {
-    let mut probes: Vec<Probe> = Vec::new();
-    loop {
-        match strategy.next(&probes, &oracle.limits()) {
-            Step::Finish(result) => return Ok((probes, result)),
-            Step::Run(_) if probes.len() >= MAX_TRIALS => {
-                let (lo, _) = bracket(&probes);
-                let note = format!("stopped after {MAX_TRIALS} trials without converging");
-                let result = SearchResult { max_batch: lo.unwrap_or(0), notes: vec![note], ..SearchResult::default() };
-                return Ok((probes, result));
-            }
-            Step::Run(batch) => {
-                let observation = oracle.probe(batch)?;
-                probes.push(Probe { batch, observation });
-            }
-        }
-    }
+    side_by_side::run(strategy, oracle, 1).map(|(probes, result, _)| (probes, result))
+}
+
+/// How a search that stopped at [`MAX_TRIALS`] ends: the bracket's lower end.
+fn stopped(probes: &[Probe]) -> SearchResult {
+    let (lo, _) = bracket(probes);
+    let note = format!("stopped after {MAX_TRIALS} trials without converging");
+    SearchResult { max_batch: lo.unwrap_or(0), notes: vec![note], ..SearchResult::default() }
 }
 
 /// [`run`] with fixed limits and a probe that cannot fail.

@@ -42,6 +42,7 @@ fn failed(p: &Probe) -> bool {
 }
 
 /// Lightning's `_run_power_scaling`.
+#[derive(Clone)]
 pub struct LightningPower;
 
 impl Strategy for LightningPower {
@@ -63,6 +64,7 @@ impl Strategy for LightningPower {
 }
 
 /// Lightning's `_run_binary_scaling`.
+#[derive(Clone)]
 pub struct LightningBinsearch {
     low: u64,
     high: Option<u64>,
@@ -110,6 +112,7 @@ impl Strategy for LightningBinsearch {
 }
 
 /// Accelerate's `find_executable_batch_size`.
+#[derive(Clone)]
 pub struct Accelerate;
 
 impl Strategy for Accelerate {

@@ -47,6 +47,55 @@ pub fn resolve(request: DeviceRequest) -> Result<(Device, Option<String>), Usage
 }
 
 /// `--device all`: every visible CUDA device, or an error saying there is none.
+/// The devices a sweep on `device` runs trials on beside its own, up to
+/// `wanted` more (`None`: every one there is): on the CPU, more processes;
+/// on CUDA, the other GPUs of the same kind (name and memory) that no
+/// process is using. The second value says what fell short.
+pub fn beside(device: Device, wanted: Option<u32>) -> (Vec<Device>, Option<String>) {
+    match device {
+        Device::Cpu => (vec![Device::Cpu; wanted.unwrap_or(1).saturating_sub(1) as usize], None),
+        Device::Cuda(own) => {
+            let gpus: Vec<GpuSeen> = match nvml::Nvml::open() {
+                Ok(n) => (0..n.device_count())
+                    .map(|i| GpuSeen { index: i, kind: n.name_and_total(i).ok(), busy: n.busy(i) })
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            idle_twins(own, &gpus, wanted)
+        }
+    }
+}
+
+/// What NVML shows of one GPU, for choosing where trials may run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSeen {
+    pub index: usize,
+    /// Name and total memory.
+    pub kind: Option<(String, u64)>,
+    pub busy: bool,
+}
+
+/// The GPUs of `own`'s kind that nobody uses, `own` left out, up to
+/// `wanted - 1` of them; and a note when fewer than asked are free.
+pub fn idle_twins(own: usize, gpus: &[GpuSeen], wanted: Option<u32>) -> (Vec<Device>, Option<String>) {
+    let kind = gpus.iter().find(|g| g.index == own).and_then(|g| g.kind.clone());
+    let twins: Vec<Device> = gpus
+        .iter()
+        .filter(|g| g.index != own && !g.busy && kind.is_some() && g.kind == kind)
+        .map(|g| Device::Cuda(g.index))
+        .collect();
+    let more = wanted.map_or(twins.len(), |w| w.saturating_sub(1) as usize);
+    let note = (twins.len() < more).then(|| {
+        format!(
+            "--parallel {}: only {} other idle GPU(s) of cuda:{own}'s kind: {} trials at a time",
+            more + 1,
+            twins.len(),
+            twins.len() + 1
+        )
+    });
+    (twins.into_iter().take(more).collect(), note)
+}
+
 pub fn all_cuda() -> Result<Vec<Device>, UsageError> {
     match cuda::device_count() {
         0 => Err(UsageError::new(
@@ -92,5 +141,27 @@ mod tests {
         for d in [Device::Cpu, Device::Cuda(2)] {
             assert_eq!(Device::try_from(d.to_string()).unwrap(), d);
         }
+    }
+
+    #[test]
+    fn trials_go_beside_only_on_idle_gpus_of_the_same_kind() {
+        let h100 = Some(("H100".to_string(), 80u64 << 30));
+        let gpu = |index, kind: &Option<(String, u64)>, busy| GpuSeen { index, kind: kind.clone(), busy };
+        let gpus = [
+            gpu(0, &h100, false),
+            gpu(1, &h100, true),
+            gpu(2, &Some(("A10".to_string(), 24 << 30)), false),
+            gpu(3, &h100, false),
+            gpu(4, &None, false),
+        ];
+        // Every idle twin by default; never a busy one, another kind, or one NVML cannot name.
+        assert_eq!(idle_twins(0, &gpus, None), (vec![Device::Cuda(3)], None));
+        assert_eq!(idle_twins(3, &gpus, Some(2)), (vec![Device::Cuda(0)], None));
+        let (twins, note) = idle_twins(0, &gpus, Some(4));
+        assert_eq!(twins, vec![Device::Cuda(3)]);
+        assert!(note.unwrap().contains("only 1 other idle GPU"));
+        assert_eq!(idle_twins(0, &gpus, Some(1)), (vec![], None));
+        assert_eq!(beside(Device::Cpu, Some(3)).0, vec![Device::Cpu, Device::Cpu]);
+        assert_eq!(beside(Device::Cpu, None).0, vec![]);
     }
 }

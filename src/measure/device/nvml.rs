@@ -39,6 +39,12 @@ impl Nvml {
         Ok((name, total))
     }
 
+    /// Whether any process computes on device `index` (unknown: busy).
+    pub fn busy(&self, index: usize) -> bool {
+        let Ok(device) = self.0.device_by_index(index as u32) else { return true };
+        device.running_compute_processes().map_or(true, |procs| !procs.is_empty())
+    }
+
     /// Samples device `index`. The CUDA index is taken as the NVML index,
     /// which holds unless CUDA_VISIBLE_DEVICES reorders devices.
     /// The device's readings, with this process's own memory.

@@ -176,9 +176,9 @@ def _start(torch, opt):
         "pid": os.getpid(),
         "device_index": index,
     }
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+    for key, field in (("RANK", "rank"), ("LOCAL_RANK", "local_rank"), ("WORLD_SIZE", "world_size"), ("GROUP_RANK", "node")):
         if os.environ.get(key, "").isdigit():
-            record[key.lower()] = int(os.environ[key])
+            record[field] = int(os.environ[key])
     if state["step_mark"] is not None:
         record["step_mark"] = state["step_mark"]
     emit(record)

@@ -9,7 +9,7 @@ import os
 import sys
 
 # The trial protocol's version: trial.rs's PROTOCOL_VERSION (a test checks they agree).
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 
 state = {
     # This process is the measured one, and torch is imported.

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::signal_name;
 use crate::measure::device::nvml::Nvml;
+use crate::record::device::Device;
 use crate::record::trial::{
     Message, Outcome, StartRecord, StepRecord, TrialResult, TrialSpec, PROTOCOL_VERSION, SPEC_FILE,
 };
@@ -101,6 +102,13 @@ pub trait TrialRunner {
         None
     }
 
+    /// Another runner of the same trials, to run while this one does
+    /// (`--parallel`): its trials in processes of their own, on `device`
+    /// (on CUDA, another GPU of the same kind). `None`: one at a time.
+    fn beside(&self, _device: Device) -> Option<Box<dyn TrialRunner + Send>> {
+        None
+    }
+
     /// Runs trial number `trial` at `batch` as a rehearsal of the whole
     /// job (`spec`); `None`: the subject has no job beyond its training
     /// steps to rehearse (a built-in model).
@@ -121,7 +129,7 @@ pub struct BuiltInRunner {
     pub exe: PathBuf,
     pub trials_dir: PathBuf,
     pub workload: crate::record::workload::WorkloadConfig,
-    pub device: crate::record::device::Device,
+    pub device: Device,
     pub steps: u32,
     pub limit: crate::record::device::CapacityLimit,
     pub timeout: Duration,
@@ -146,6 +154,10 @@ impl TrialRunner for BuiltInRunner {
             .map_err(|e| anyhow::anyhow!("preparing {}: {e}", self.trials_dir.display()))?;
         let dir = trial_dir(&self.trials_dir, trial, batch);
         Ok(run_trial(&self.exe, dir, trial, &spec, self.timeout, on_step))
+    }
+
+    fn beside(&self, device: Device) -> Option<Box<dyn TrialRunner + Send>> {
+        Some(Box::new(BuiltInRunner { device, ..self.clone() }))
     }
 }
 
@@ -471,6 +483,7 @@ impl Reading<'_> {
         rec.trial = self.result.trial;
         if let Source::Rank(r) = source {
             rec.rank = Some(r);
+            rec.node = start.and_then(|s| s.node);
             rec.world_size = start.and_then(|s| s.world_size);
         }
         if let Some((nvml, index)) = &self.nvml {

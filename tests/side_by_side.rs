@@ -1,0 +1,116 @@
+//! `--parallel`: trials side by side, each in its own process, give the
+//! same peaks, byte for byte, and the same max as one at a time, on a
+//! built-in model, on a Python command and on a torchrun job (CPU here;
+//! scripts/gpu-check runs it on GPUs when one is lent).
+#![cfg(feature = "builtin")]
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::{capacity_for_max, vramprobe, DEFAULT_MARGIN};
+use vramprobe::analyze::fit::LinearFit;
+use vramprobe::analyze::note::Note;
+use vramprobe::analyze::run::RunRecord;
+
+mod common;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_resnet18.py");
+const DDP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ddp_train.py");
+
+/// A sweep into `out`, `--parallel` as given; its report.
+fn sweep(out: &Path, parallel: &str, options: &[&str], command: &[String]) -> RunRecord {
+    let mut c = vramprobe();
+    c.args(["sweep", "--device", "cpu", "--quiet", "--parallel", parallel, "--out"]).arg(out).args(options);
+    if !command.is_empty() {
+        c.arg("--").args(command);
+    }
+    let run = c.output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap()
+}
+
+/// Each batch's peak (allocated, and each step's) in a run.
+fn peaks(report: &RunRecord) -> BTreeMap<u64, Vec<u64>> {
+    report
+        .trials
+        .iter()
+        .filter(|t| t.rehearsal.is_none())
+        .map(|t| (t.batch, t.steps.iter().map(|s| s.peak_allocated_bytes).collect()))
+        .collect()
+}
+
+/// The same max, recommendation and peaks from `--parallel 2` as from 1,
+/// and the side-by-side run said how its rounds went.
+fn same_answer(one: &RunRecord, two: &RunRecord) {
+    let (a, b) = (one.analysis.as_ref().unwrap(), two.analysis.as_ref().unwrap());
+    assert_eq!((a.max_batch, a.exact, a.recommended_batch), (b.max_batch, b.exact, b.recommended_batch));
+    assert!(a.max_batch > 0);
+    let (p1, p2) = (peaks(one), peaks(two));
+    let common: Vec<&u64> = p1.keys().filter(|b| p2.contains_key(b)).collect();
+    assert!(common.len() >= 2, "{p1:?} {p2:?}");
+    for batch in common {
+        assert_eq!(p1[batch], p2[batch], "batch {batch}: each step's peak, alone and side by side");
+    }
+    let rounds = two.notes.iter().find_map(|n| match n {
+        Note::SideBySide { width, rounds, trials, .. } => Some((*width, *rounds, *trials)),
+        _ => None,
+    });
+    let (width, rounds, trials) = rounds.unwrap_or_else(|| panic!("{:?}", two.notes));
+    assert_eq!(width, 2);
+    assert!(rounds < trials, "{rounds} rounds of {trials} trials");
+    assert!(!one.notes.iter().any(|n| matches!(n, Note::SideBySide { .. })));
+}
+
+#[test]
+fn a_built_in_models_trials_side_by_side_measure_as_one_at_a_time() {
+    let workload = ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd"];
+    let cpu = [&workload[..], &["--device", "cpu"]].concat();
+    let capacity = capacity_for_max(&cpu, (4, 16), 24, DEFAULT_MARGIN).to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let options = [&workload[..], &["--capacity", &capacity]].concat();
+    let one = sweep(&dir.path().join("one"), "1", &options, &[]);
+    let two = sweep(&dir.path().join("two"), "2", &options, &[]);
+    same_answer(&one, &two);
+}
+
+/// The example command's line through batches 4 and 8, and a capacity whose max is 12.
+fn command_capacity(dir: &Path, command: &[String]) -> String {
+    let line = sweep(&dir.join("line"), "1", &["--batches", "4,8"], command);
+    let points: Vec<(u64, u64)> = line.trials.iter().map(|t| (t.batch, t.peak_allocated_bytes().unwrap())).collect();
+    LinearFit::fit(&points).unwrap().capacity_for_max(12, DEFAULT_MARGIN).to_string()
+}
+
+#[test]
+fn a_commands_trials_side_by_side_measure_as_one_at_a_time() {
+    let Some(python) = common::torch_python("a_commands_trials_side_by_side_measure_as_one_at_a_time") else { return };
+    let command: Vec<String> =
+        [python.as_str(), EXAMPLE, "--batch-size", "{batch}", "--image-size", "64"].map(String::from).into();
+    let dir = tempfile::tempdir().unwrap();
+    let capacity = command_capacity(dir.path(), &command);
+    let options = ["--capacity", capacity.as_str(), "--breakdown", "off"];
+    let one = sweep(&dir.path().join("one"), "1", &options, &command);
+    let two = sweep(&dir.path().join("two"), "2", &options, &command);
+    same_answer(&one, &two);
+}
+
+/// The cached torch's torchrun, where torchvision is beside it.
+fn torchrun(test: &str) -> Option<String> {
+    let python = common::torch_python(test)?;
+    Some(PathBuf::from(python).with_file_name("torchrun").to_string_lossy().into_owned())
+}
+
+#[test]
+fn a_torchrun_jobs_trials_side_by_side_measure_as_one_at_a_time() {
+    let Some(torchrun) = torchrun("a_torchrun_jobs_trials_side_by_side_measure_as_one_at_a_time") else { return };
+    let command: Vec<String> =
+        [torchrun.as_str(), "--standalone", "--nproc-per-node", "2", DDP, "--batch-size", "{batch}"]
+            .map(String::from)
+            .into();
+    let dir = tempfile::tempdir().unwrap();
+    // Listed batches: the next is the guess beside each (2 rounds for 3 trials).
+    let options = ["--batches", "2,4,8", "--breakdown", "off"];
+    let one = sweep(&dir.path().join("one"), "1", &options, &command);
+    let two = sweep(&dir.path().join("two"), "2", &options, &command);
+    same_answer(&one, &two);
+    // Every rank of every trial measured, side by side too.
+    assert!(two.trials.iter().all(|t| t.world_size == Some(2)), "{:?}", two.trials);
+}
