@@ -326,11 +326,19 @@ fn a_job_across_nodes_must_be_torchrun_without_its_own_rendezvous() {
         (vec!["python", "t.py", "{batch}"], "needs a torchrun command"),
         (vec!["torchrun", "--nnodes", "2", "t.py", "{batch}"], "leave --nnodes out"),
     ] {
-        let done = run(&[&["sweep", "--device", "cpu"][..], &TWO_NODES].concat(), &command.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &[]);
+        let done = run(
+            &[&["sweep", "--device", "cpu"][..], &TWO_NODES].concat(),
+            &command.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            &[],
+        );
         assert_eq!(done.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&done.stderr).contains(says), "{}", String::from_utf8_lossy(&done.stderr));
     }
-    let outside = vramprobe().env_remove("SLURM_JOB_ID").args(["sweep", "--nodes", "2", "--launcher", "slurm", "--", "torchrun", "t.py", "{batch}"]).output().unwrap();
+    let outside = vramprobe()
+        .env_remove("SLURM_JOB_ID")
+        .args(["sweep", "--nodes", "2", "--launcher", "slurm", "--", "torchrun", "t.py", "{batch}"])
+        .output()
+        .unwrap();
     assert_eq!(outside.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&outside.stderr).contains("inside a Slurm allocation"));
 }
@@ -357,7 +365,19 @@ fn two_nodes_through_srun_inside_a_slurm_allocation() {
         .env("SLURM_CONF", &conf)
         .args(["--nodes", "2", "--quiet"])
         .arg(env!("CARGO_BIN_EXE_vramprobe"))
-        .args(["sweep", "--device", "cpu", "--quiet", "--nodes", "2", "--launcher", "slurm", "--batches", "2,4", "--out"])
+        .args([
+            "sweep",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--nodes",
+            "2",
+            "--launcher",
+            "slurm",
+            "--batches",
+            "2,4",
+            "--out",
+        ])
         .arg(&out)
         .arg("--")
         .args(job(&torchrun, "1", DDP, &[]))

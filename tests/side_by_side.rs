@@ -10,6 +10,7 @@ use common::{capacity_for_max, vramprobe, DEFAULT_MARGIN};
 use vramprobe::analyze::fit::LinearFit;
 use vramprobe::analyze::note::Note;
 use vramprobe::analyze::run::RunRecord;
+use vramprobe::record::trial::TrialResult;
 
 mod common;
 
@@ -28,14 +29,15 @@ fn sweep(out: &Path, parallel: &str, options: &[&str], command: &[String]) -> Ru
     serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap()
 }
 
-/// Each batch's peak (allocated, and each step's) in a run.
-fn peaks(report: &RunRecord) -> BTreeMap<u64, Vec<u64>> {
-    report
-        .trials
-        .iter()
-        .filter(|t| t.rehearsal.is_none())
-        .map(|t| (t.batch, t.steps.iter().map(|s| s.peak_allocated_bytes).collect()))
-        .collect()
+/// Each batch's peaks in a run: every step's, by rank and step (ranks
+/// report in whatever order they finish).
+fn peaks(report: &RunRecord) -> BTreeMap<u64, Vec<(Option<u32>, u32, u64)>> {
+    let steps = |t: &TrialResult| {
+        let mut steps: Vec<_> = t.steps.iter().map(|s| (s.rank, s.step, s.peak_allocated_bytes)).collect();
+        steps.sort();
+        steps
+    };
+    report.trials.iter().filter(|t| t.rehearsal.is_none()).map(|t| (t.batch, steps(t))).collect()
 }
 
 /// The same max, recommendation and peaks from `--parallel 2` as from 1,

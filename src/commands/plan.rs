@@ -13,8 +13,8 @@ use crate::commands::cli::PlanArgs;
 use crate::error::UsageError;
 use crate::report::csv::{self, gpu_plan_row, PlanRow};
 use crate::report::device_memory::{self, MemoryRow};
-use crate::report::{gpu_plan, world_plan};
 use crate::report::output::write_atomic;
+use crate::report::{gpu_plan, world_plan};
 
 pub fn run(args: PlanArgs) -> Result<i32> {
     let gpu = match (&args.gpu, &args.world_size) {
@@ -94,6 +94,10 @@ fn world_sizes(args: &PlanArgs, sizes: &[u32]) -> Result<i32> {
     let rows = crate::report::world_plan_rows(&reports.iter().collect::<Vec<_>>(), &predictions);
     let out = args.out.clone().unwrap_or_else(|| dir.join("plan-world-size.csv"));
     write_atomic(&out, &csv::to_bytes::<PlanRow>(rows)?).context("writing the world-size plan")?;
-    println!("Wrote {} (predicted rows: run `vramprobe check --plan {} --row N` on the real job first)", out.display(), out.display());
+    println!(
+        "Wrote {} (predicted rows: run `vramprobe check --plan {} --row N` on the real job first)",
+        out.display(),
+        out.display()
+    );
     Ok(0)
 }

@@ -40,7 +40,7 @@ fn request(args: &SweepArgs) -> Result<SweepRequest> {
             capacity: args.capacity,
             margin_fraction: args.margin,
             multiple_of: args.multiple_of,
-        parallel: args.parallel,
+            parallel: args.parallel,
             breakdown: !args.no_breakdown && args.breakdown.breakdown_on(),
             rehearsal_seconds: args.rehearsal_time as f64,
             command_line: std::env::args().collect(),

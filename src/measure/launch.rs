@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use crate::record::subject::{Launcher, Nodes};
 
 /// torchrun's options that vramprobe sets for a job across nodes.
-const SET_HERE: [&str; 6] = ["--nnodes", "--node-rank", "--node_rank", "--rdzv-endpoint", "--rdzv_endpoint", "--master-addr"];
+const SET_HERE: [&str; 6] =
+    ["--nnodes", "--node-rank", "--node_rank", "--rdzv-endpoint", "--rdzv_endpoint", "--master-addr"];
 
 /// Where torchrun's own options begin in `argv`: after `torchrun`, or
 /// after `-m torch.distributed.run` (or `.launch`).
@@ -32,9 +33,11 @@ pub fn torchrun_options_at(argv: &[String]) -> Option<usize> {
 /// Why `argv` cannot be a job across nodes, if it cannot.
 pub fn refuse(argv: &[String]) -> Option<String> {
     if torchrun_options_at(argv).is_none() {
-        return Some("--nodes needs a torchrun command (torchrun ... or python -m torch.distributed.run ...): \
+        return Some(
+            "--nodes needs a torchrun command (torchrun ... or python -m torch.distributed.run ...): \
                      vramprobe starts one torchrun agent per node"
-            .into());
+                .into(),
+        );
     }
     let given = argv.iter().find(|a| SET_HERE.iter().any(|o| a.as_str() == *o || a.starts_with(&format!("{o}="))))?;
     Some(format!("--nodes: leave {given} out of the command; vramprobe sets the nodes and the rendezvous itself"))

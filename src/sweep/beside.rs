@@ -50,7 +50,8 @@ impl Sweep<'_> {
                 .map(|((r, &batch), n)| scope.spawn(move || r.run(n, batch, breakdown, &mut |_| {})))
                 .collect();
             let own = runner.run(first, batches[0], breakdown, &mut |s| sink.step_done(s));
-            let joined = others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a trial runner panicked"))));
+            let joined =
+                others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a trial runner panicked"))));
             std::iter::once(own).chain(joined).collect()
         });
         for result in results {

@@ -10,13 +10,13 @@
 //! Layer 2: may import `report` (the sinks and outlet it writes through),
 //! `analyze` (the run's [`RunRecord`] is built here), `measure`, `record`,
 //! `units`, `interrupt`, `error`; never `train`, `bench` or `commands`.
+mod beside;
 pub mod execute;
 pub mod layout;
 pub mod preset;
 pub mod subjects;
 #[cfg(test)]
 mod tests;
-mod beside;
 pub mod variants;
 pub mod whole_job;
 

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::error::UsageError;
-use crate::measure::{launch, linked};
 use crate::measure::model::{self, InputKind, ModelSpec, NO_BUILTIN};
+use crate::measure::{launch, linked};
 use crate::record::subject::{CommandSubject, Nodes, Placeholders, Subject, UserCommand};
 use crate::record::workload::{Mode, OptimizerKind, Precision, WorkloadConfig};
 use crate::sweep::preset::{self, WorkloadProfile};
