@@ -14,25 +14,41 @@ import time
 from bench_check import machine_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESNET = ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd"]
+RESNET = ["--model", "resnet18", "--input", "3x64x64", "--classes", "10", "--optimizer", "sgd"]
 
 
 def cases(python):
     example = os.path.join(ROOT, "examples", "train_resnet18.py")
     torchrun = os.path.join(os.path.dirname(python), "torchrun")
     ddp = os.path.join(ROOT, "examples", "ddp_train.py")
+    command = [python, example, "--batch-size", "{batch}", "--image-size", "64"]
     return {
-        # A capacity that is no measurement: the size a search runs into on this model.
-        "built-in resnet18 3x32x32, 600 MiB": (RESNET + ["--capacity", "600MiB"], []),
-        "command train_resnet18.py 64x64, 700 MiB": (
-            ["--capacity", "700MiB", "--breakdown", "off"],
-            [python, example, "--batch-size", "{batch}", "--image-size", "64"],
-        ),
+        # Each capacity is derived from the case's own line on this machine: its max is 24.
+        "built-in resnet18 3x64x64 sgd, max 24": (RESNET, [], (4, 16)),
+        "command train_resnet18.py 64x64, max 24": (["--breakdown", "off"], command, (4, 8)),
         "torchrun ddp_train.py x2, batches 2,4,8": (
             ["--batches", "2,4,8", "--breakdown", "off"],
             [torchrun, "--standalone", "--nproc-per-node", "2", ddp, "--batch-size", "{batch}"],
+            None,
         ),
     }
+
+
+def peak(trial):
+    return max(s["peak_allocated_bytes"] for s in trial["steps"])
+
+
+def capacity_for_max(vramprobe, scratch, options, command, batches, target=24, margin=0.10):
+    """A --capacity whose max is `target`: the case's line through two batches, measured here."""
+    out = os.path.join(scratch, "line")
+    argv = [vramprobe, "sweep", "--device", "cpu", "--quiet", "--force", "--out", out]
+    argv += options + ["--batches", ",".join(map(str, batches))] + (["--", *command] if command else [])
+    subprocess.run(argv, capture_output=True, text=True, check=True)
+    with open(os.path.join(out, "report.json")) as f:
+        (b1, p1), (b2, p2) = [(t["batch"], peak(t)) for t in json.load(f)["trials"][:2]]
+    per_sample = (p2 - p1) / (b2 - b1)
+    fixed = p1 - per_sample * b1
+    return str(int((fixed + per_sample * (target + 0.5)) / (1 - margin)))
 
 
 def sweep_once(vramprobe, out, parallel, options, command):
@@ -55,7 +71,9 @@ def main():
     a = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for name, (options, command) in cases(a.python).items():
+        for name, (options, command, line) in cases(a.python).items():
+            if line:
+                options = options + ["--capacity", capacity_for_max(a.vramprobe, scratch, options, command, line)]
             runs = {1: [], 2: []}
             for n in range(3):
                 for parallel in (1, 2):
