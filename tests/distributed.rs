@@ -343,20 +343,10 @@ fn a_job_across_nodes_must_be_torchrun_without_its_own_rendezvous() {
     assert!(String::from_utf8_lossy(&outside.stderr).contains("inside a Slurm allocation"));
 }
 
-/// The one-host Slurm of two nodes that ./scripts/test starts
-/// (scripts/slurm-local), or a recorded skip.
-fn slurm_conf(test: &str) -> Option<String> {
-    let conf = std::env::var("VRAMPROBE_TEST_SLURM_CONF").ok().filter(|c| Path::new(c).is_file());
-    if conf.is_none() {
-        common::skip(test, "no local Slurm (./scripts/test starts one with scripts/slurm-local)");
-    }
-    conf
-}
-
 #[test]
 fn two_nodes_through_srun_inside_a_slurm_allocation() {
     let test = "two_nodes_through_srun_inside_a_slurm_allocation";
-    let (Some(torchrun), Some(conf)) = (torchrun(test), slurm_conf(test)) else { return };
+    let (Some(torchrun), Some(conf)) = (torchrun(test), common::slurm_conf(test)) else { return };
     let _one = one_job();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("srun");

@@ -116,3 +116,87 @@ fn a_torchrun_jobs_trials_side_by_side_measure_as_one_at_a_time() {
     // Every rank of every trial measured, side by side too.
     assert!(two.trials.iter().all(|t| t.world_size == Some(2)), "{:?}", two.trials);
 }
+
+/// `sweep --fresh-process` here, and the same sweep with its trials placed
+/// by a scheduler (`--launcher slurm|ray --parallel 2`): the same answer
+/// and the same peaks, each trial a fresh process either way.
+fn scheduled_as_here(
+    test: &str,
+    python: &str,
+    launcher: &str,
+    wrap: impl FnOnce(std::process::Command) -> std::process::Command,
+) {
+    let command: Vec<String> =
+        [python, EXAMPLE, "--batch-size", "{batch}", "--image-size", "64"].map(String::from).into();
+    let dir = tempfile::tempdir().unwrap();
+    let options = ["--batches", "2,4,8", "--breakdown", "off", "--fresh-process"];
+    let one = sweep(&dir.path().join("here"), "1", &options, &command);
+    let out = dir.path().join(launcher);
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_vramprobe"));
+    c.args(["sweep", "--device", "cpu", "--quiet", "--parallel", "2", "--launcher", launcher, "--out"])
+        .arg(&out)
+        .args(options)
+        .arg("--")
+        .args(&command);
+    let done = wrap(c).output().unwrap();
+    assert!(done.status.success(), "{test}: {}", String::from_utf8_lossy(&done.stderr));
+    let two: RunRecord = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    same_answer(&one, &two);
+    assert!(two.notes.iter().any(|n| n.to_string().contains("a job of the scheduler")), "{:?}", two.notes);
+}
+
+#[test]
+fn trials_as_slurm_job_steps_measure_as_here() {
+    let test = "trials_as_slurm_job_steps_measure_as_here";
+    let (Some(python), Some(conf)) = (common::torch_python(test), common::slurm_conf(test)) else { return };
+    scheduled_as_here(test, &python, "slurm", |c| {
+        // salloc's own command: vramprobe, inside a two-node allocation.
+        let mut salloc = std::process::Command::new("salloc");
+        salloc.env("SLURM_CONF", &conf).args(["--nodes", "2", "--quiet"]).arg(c.get_program()).args(c.get_args());
+        salloc
+    });
+}
+
+#[test]
+fn trials_as_ray_tasks_measure_as_here() {
+    let test = "trials_as_ray_tasks_measure_as_here";
+    let Some(python) = common::torch_python(test) else { return };
+    let ray = PathBuf::from(&python).with_file_name("ray");
+    if !ray.is_file() {
+        return common::skip(test, "Ray is not installed next to the cached torch (./scripts/test installs it)");
+    }
+    // A real Ray head on this host, for this test alone.
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let temp = dir.path().join("ray");
+    let head = std::process::Command::new(&ray)
+        .args([
+            "start",
+            "--head",
+            "--num-cpus",
+            "2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--port",
+            &port,
+        ])
+        .arg(format!("--temp-dir={}", temp.display()))
+        .output()
+        .unwrap();
+    let _stop = RayHead(ray);
+    assert!(head.status.success(), "{}", String::from_utf8_lossy(&head.stderr));
+    let address = format!("127.0.0.1:{port}");
+    scheduled_as_here(test, &python, "ray", |mut c| {
+        c.env("RAY_ADDRESS", &address);
+        c
+    });
+}
+
+/// Stops the test's Ray head however the test ends.
+struct RayHead(PathBuf);
+
+impl Drop for RayHead {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.0).args(["stop", "--force"]).output();
+    }
+}

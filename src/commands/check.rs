@@ -149,6 +149,7 @@ fn measure(args: &CheckArgs, subject: &Subject, device: Device, batch: u64) -> R
         limit: device::capacity_limit(device, args.capacity)?,
         timeout: Duration::from_secs(args.trial_timeout),
         fresh_process: true,
+        via: args.nodes.via()?,
     };
     // The trials' folders (spec, records, a command's output), kept only for this check.
     // A fresh private folder, never a guessable name someone else made first.

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::analyze::search::StrategyKind;
 use crate::error::UsageError;
+use crate::measure::spread::Via;
 use crate::record::device::DeviceRequest;
 use crate::record::subject::{Launcher, Nodes};
 use crate::record::workload::{Mode, OptimizerKind, Precision};
@@ -499,9 +500,11 @@ pub enum LauncherKind {
     Local,
     Slurm,
     Ssh,
+    Ray,
 }
 
-/// A torchrun job across nodes (sweep, check).
+/// Where trials run past this host (sweep, check): a torchrun job across
+/// nodes, or each trial placed by a scheduler.
 #[derive(Debug, Clone, Args)]
 pub struct NodesArgs {
     /// A torchrun job across nodes: each trial starts one torchrun agent per
@@ -509,9 +512,12 @@ pub struct NodesArgs {
     /// --node-rank, --rdzv-endpoint), and every rank of every node is measured.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=1024))]
     pub nodes: Option<u32>,
-    /// How the agents start: local (all on this host, to rehearse), slurm
-    /// (srun, one task per node, inside an allocation), ssh (--hosts).
-    #[arg(long, value_enum, requires = "nodes", default_value_t = LauncherKind::Local)]
+    /// With --nodes, how the agents start: local (all on this host, to
+    /// rehearse), slurm (srun, one task per node, inside an allocation), ssh
+    /// (--hosts). Without it: slurm runs each trial as a job step of the
+    /// allocation (srun --exact), ray as a task on a running Ray cluster;
+    /// --parallel N of them at once.
+    #[arg(long, value_enum, default_value_t = LauncherKind::Local)]
     pub launcher: LauncherKind,
     /// With --launcher ssh: the hosts, one per node, the first holding the rendezvous.
     #[arg(long, value_delimiter = ',', requires = "nodes")]
@@ -521,26 +527,47 @@ pub struct NodesArgs {
 impl NodesArgs {
     /// `--nodes`, `--launcher` and `--hosts` as the subject takes them.
     pub fn nodes(&self) -> Result<Option<Nodes>, UsageError> {
-        nodes_of(self.nodes, self.launcher, &self.hosts)
+        let Some(count) = self.nodes else { return Ok(None) };
+        let launcher = match self.launcher {
+            LauncherKind::Local => Launcher::Local,
+            LauncherKind::Slurm => {
+                in_allocation()?;
+                Launcher::Slurm
+            }
+            LauncherKind::Ssh if self.hosts.len() != count as usize => {
+                return Err(UsageError::new(format!("--launcher ssh needs --hosts with one host per node ({count})")))
+            }
+            LauncherKind::Ssh => Launcher::Ssh { hosts: self.hosts.clone() },
+            LauncherKind::Ray => return Err(UsageError::new(
+                "--launcher ray runs independent trials as Ray tasks; a job across --nodes takes local, slurm or ssh",
+            )),
+        };
+        Ok(Some(Nodes { count, launcher }))
+    }
+
+    /// Where each trial starts when it is not a job across nodes.
+    pub fn via(&self) -> Result<Via, UsageError> {
+        Ok(match (self.nodes, self.launcher) {
+            (Some(_), _) | (None, LauncherKind::Local) => Via::Here,
+            (None, LauncherKind::Slurm) => {
+                in_allocation()?;
+                Via::SlurmStep
+            }
+            (None, LauncherKind::Ray) => Via::RayTask,
+            (None, LauncherKind::Ssh) => {
+                return Err(UsageError::new("--launcher ssh starts a job across nodes: give --nodes N and --hosts"))
+            }
+        })
     }
 }
 
-fn nodes_of(nodes: Option<u32>, launcher: LauncherKind, hosts: &[String]) -> Result<Option<Nodes>, UsageError> {
-    let Some(count) = nodes else { return Ok(None) };
-    let launcher = match launcher {
-        LauncherKind::Local => Launcher::Local,
-        LauncherKind::Slurm if std::env::var_os("SLURM_JOB_ID").is_none() => {
-            return Err(UsageError::new(
-                "--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set): salloc --nodes N first",
-            ))
-        }
-        LauncherKind::Slurm => Launcher::Slurm,
-        LauncherKind::Ssh if hosts.len() != count as usize => {
-            return Err(UsageError::new(format!("--launcher ssh needs --hosts with one host per node ({count})")))
-        }
-        LauncherKind::Ssh => Launcher::Ssh { hosts: hosts.to_vec() },
-    };
-    Ok(Some(Nodes { count, launcher }))
+fn in_allocation() -> Result<(), UsageError> {
+    match std::env::var_os("SLURM_JOB_ID") {
+        Some(_) => Ok(()),
+        None => Err(UsageError::new(
+            "--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set): salloc --nodes N first",
+        )),
+    }
 }
 
 /// A parsed `--input` shape (a newtype so clap treats it as one value).

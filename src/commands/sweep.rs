@@ -29,6 +29,7 @@ fn request(args: &SweepArgs) -> Result<SweepRequest> {
         device: args.device,
         trial_timeout: Duration::from_secs(args.trial_timeout),
         fresh_process: args.fresh_process,
+        via: args.nodes.via()?,
         each_run: RunOptions {
             batches: match &args.batches {
                 Some(b) => BatchChoice::Listed(b.0.clone()),

@@ -11,6 +11,7 @@ use std::process::Command;
 use crate::measure::preimport::{python_path, TrialStart, Zygote};
 use crate::measure::private;
 use crate::measure::runner::TrialKind;
+use crate::measure::spread::{Spread, Via};
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::rehearsal::RehearsalSpec;
 use crate::record::subject::{Nodes, Placeholders, UserCommand};
@@ -127,6 +128,8 @@ pub struct CommandRunner {
     pub timeout: std::time::Duration,
     /// A fresh process per trial, or forks of one pre-imported interpreter.
     pub start: TrialStart,
+    /// Where each trial starts: here, as a Slurm job step, or as a Ray task.
+    pub via: Via,
 }
 
 impl CommandRunner {
@@ -143,7 +146,8 @@ impl CommandRunner {
         let kind = self.runs.trial(trial, spec, zygote).map_err(|e| {
             anyhow::anyhow!("creating the folder of trial {trial} in {}: {e}", self.runs.trials_dir.display())
         })?;
-        Ok(crate::measure::runner::run(&kind, trial, self.timeout, on_step))
+        let spread = Spread { kind: &kind, via: self.via, gpu: self.device.is_cuda() };
+        Ok(crate::measure::runner::run(&spread, trial, self.timeout, on_step))
     }
 
     fn spec(&self, batch: u64) -> TrialSpec {
@@ -180,9 +184,10 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         // Its own pre-imported interpreter (or none, as this one), its own GPU.
         let fresh = matches!(self.start, TrialStart::Fresh(_));
         let start = TrialStart::new(&self.runs.command.for_batch(1), fresh);
-        let (device, only_gpu) = match device {
-            Device::Cuda(i) => (Device::Cuda(0), Some(i)),
-            Device::Cpu => (Device::Cpu, None),
+        // Here, its own GPU is the one it sees; a scheduler gives a step or task its GPU itself.
+        let (device, only_gpu) = match (device, self.via) {
+            (Device::Cuda(i), Via::Here) => (Device::Cuda(0), Some(i)),
+            (device, _) => (device, None),
         };
         let runs = CommandRuns { only_gpu, ..self.runs.clone() };
         Some(Box::new(CommandRunner { runs, device, start, ..*self }))

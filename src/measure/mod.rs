@@ -27,5 +27,6 @@ pub mod model;
 pub mod preimport;
 pub mod private;
 pub mod runner;
+pub mod spread;
 pub mod trials;
 pub mod watched;

@@ -12,6 +12,7 @@ use crate::measure::linked::LINKED;
 use crate::measure::model::NO_BUILTIN;
 use crate::measure::preimport::TrialStart;
 use crate::measure::runner::{BuiltInRunner, TrialRunner};
+use crate::measure::spread::Via;
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::subject::Subject;
 
@@ -24,12 +25,14 @@ pub struct TrialSettings {
     pub timeout: Duration,
     /// A command: start each trial afresh, not forked from a pre-imported interpreter.
     pub fresh_process: bool,
+    /// Where each trial starts: here, as a Slurm job step, or as a Ray task.
+    pub via: Via,
 }
 
 /// The runner of `subject`'s trials, each trial's folder (spec, records, a
 /// command's output) in `trials_dir`.
 pub fn runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> Result<Box<dyn TrialRunner + Send>> {
-    let TrialSettings { device, steps, limit, timeout, fresh_process } = how;
+    let TrialSettings { device, steps, limit, timeout, fresh_process, via } = how;
     Ok(match subject {
         Subject::BuiltIn(_) | Subject::TorchScript(_) if !LINKED => return Err(UsageError::new(NO_BUILTIN).into()),
         Subject::BuiltIn(w) | Subject::TorchScript(w) => Box::new(BuiltInRunner {
@@ -40,16 +43,20 @@ pub fn runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> Res
             steps,
             limit,
             timeout,
+            via,
         }),
         Subject::Command(c) => {
             let runs = CommandRuns::new(c.command.clone(), c.placeholders(), trials_dir.clone())
                 .with_context(|| format!("preparing {} and vramprobe's Python hook", trials_dir.display()))?;
             let runs = CommandRuns { nodes: c.nodes.clone(), ..runs };
-            let start = match &c.nodes {
-                Some(n) => TrialStart::Fresh(format!("a job across {} nodes starts its agents afresh", n.count)),
-                None => TrialStart::new(&c.command.for_batch(1), fresh_process),
+            let start = match (&c.nodes, via) {
+                (Some(n), _) => TrialStart::Fresh(format!("a job across {} nodes starts its agents afresh", n.count)),
+                (None, Via::SlurmStep | Via::RayTask) => {
+                    TrialStart::Fresh("each trial is a job of the scheduler, started where it puts it".into())
+                }
+                (None, Via::Here) => TrialStart::new(&c.command.for_batch(1), fresh_process),
             };
-            Box::new(CommandRunner { runs, device, steps, limit, timeout, start })
+            Box::new(CommandRunner { runs, device, steps, limit, timeout, start, via })
         }
     })
 }

@@ -9,6 +9,7 @@ use anyhow::Result;
 use crate::analyze::note::Note;
 use crate::error::UsageError;
 use crate::measure::device;
+use crate::measure::spread::Via;
 use crate::measure::trials::TrialSettings;
 use crate::record::device::{Device, DeviceRequest};
 use crate::record::subject::Subject;
@@ -23,6 +24,8 @@ pub struct SweepRequest {
     pub device: DeviceRequest,
     pub trial_timeout: Duration,
     pub fresh_process: bool,
+    /// Where each trial starts (`--launcher slurm|ray` without `--nodes`).
+    pub via: Via,
     /// What every run is asked.
     pub each_run: RunOptions,
 }
@@ -128,10 +131,13 @@ fn planned_run(
         limit: device::capacity_limit(device, options.capacity)?,
         timeout: request.trial_timeout,
         fresh_process: request.fresh_process,
+        via: request.via,
     };
-    let (beside, short) = match side_by_side {
-        true => device::beside(device, options.parallel),
-        false => (Vec::new(), None),
+    // A scheduler places each trial (and gives it its GPU): --parallel of them at once.
+    let (beside, short) = match (side_by_side, request.via) {
+        (false, _) => (Vec::new(), None),
+        (true, Via::Here) => device::beside(device, options.parallel),
+        (true, _) => (vec![device; options.parallel.unwrap_or(1).saturating_sub(1) as usize], None),
     };
     let mut notes: Vec<Note> = note.into_iter().chain(short).map(|text| Note::Device { text }).collect();
     if let (Subject::Command(_), Device::Cpu, Some(_)) = (&subject, device, options.capacity) {

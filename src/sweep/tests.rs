@@ -279,6 +279,7 @@ fn variants_plan(subjects: Vec<Subject>, capacity: u64, across: Across) -> Sweep
                 limit: Default::default(),
                 timeout: std::time::Duration::from_secs(60),
                 fresh_process: false,
+                via: Default::default(),
             };
             PlannedRun { label, config, trials }
         })

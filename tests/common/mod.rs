@@ -103,3 +103,13 @@ pub fn torch_python(test: &str) -> Option<String> {
     }
     Some(python.to_string_lossy().into_owned())
 }
+
+/// The one-host Slurm of two nodes that ./scripts/test starts
+/// (scripts/slurm-local), or a recorded skip.
+pub fn slurm_conf(test: &str) -> Option<String> {
+    let conf = std::env::var("VRAMPROBE_TEST_SLURM_CONF").ok().filter(|c| std::path::Path::new(c).is_file());
+    if conf.is_none() {
+        skip(test, "no local Slurm (./scripts/test starts one with scripts/slurm-local)");
+    }
+    conf
+}

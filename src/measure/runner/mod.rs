@@ -133,6 +133,7 @@ pub struct BuiltInRunner {
     pub steps: u32,
     pub limit: crate::record::device::CapacityLimit,
     pub timeout: Duration,
+    pub via: crate::measure::spread::Via,
 }
 
 impl TrialRunner for BuiltInRunner {
@@ -153,7 +154,9 @@ impl TrialRunner for BuiltInRunner {
         crate::measure::private::own_dir(&self.trials_dir)
             .map_err(|e| anyhow::anyhow!("preparing {}: {e}", self.trials_dir.display()))?;
         let dir = trial_dir(&self.trials_dir, trial, batch);
-        Ok(run_trial(&self.exe, dir, trial, &spec, self.timeout, on_step))
+        let kind = BuiltIn { exe: &self.exe, dir, spec: &spec };
+        let spread = crate::measure::spread::Spread { kind: &kind, via: self.via, gpu: self.device.is_cuda() };
+        Ok(run(&spread, trial, self.timeout, on_step))
     }
 
     fn beside(&self, device: Device) -> Option<Box<dyn TrialRunner + Send>> {
