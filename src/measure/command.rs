@@ -14,7 +14,7 @@ use crate::measure::runner::TrialKind;
 use crate::measure::spread::{Spread, Via};
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::rehearsal::RehearsalSpec;
-use crate::record::subject::{Nodes, Placeholders, UserCommand};
+use crate::record::subject::{Launcher, Nodes, Placeholders, UserCommand};
 use crate::record::trial::{StepRecord, TrialResult, TrialSpec};
 
 /// The hook, embedded in the binary and written to the cache on first use.
@@ -268,6 +268,16 @@ impl TrialKind for CommandTrial<'_> {
         Some(self.dir.join("output.log"))
     }
 
+    fn when_ranks_are_missing(&self) -> Option<String> {
+        let across = self.across.as_ref().filter(|a| a.nodes.launcher != Launcher::Local)?;
+        Some(format!(
+            " (a job across {} nodes: every rank writes its records into {}, which must be on a file system every \
+             node shares, at the same path)",
+            across.nodes.count,
+            self.dir.display()
+        ))
+    }
+
     fn nvml_device(&self) -> Option<usize> {
         if self.only_gpu.is_some() {
             return self.only_gpu;
@@ -282,6 +292,31 @@ impl TrialKind for CommandTrial<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_missing_from_a_job_across_nodes_point_at_the_shared_folder() {
+        let command = UserCommand::new(vec!["torchrun".into(), "t.py".into(), "{batch}".into()]).unwrap();
+        let spec = TrialSpec::new(4, 3, Device::Cpu, CapacityLimit::default());
+        let trial = |launcher| {
+            let nodes = Nodes { count: 2, launcher };
+            let across = Across { nodes: &nodes, exe: "vramprobe".into(), endpoint: "h:1".into(), id: "t".into() };
+            let t = CommandTrial {
+                command: &command,
+                spec: spec.clone(),
+                at: Placeholders::default(),
+                dir: "/shared/run/trials/001-batch-4".into(),
+                hook_dir: Path::new("/hook"),
+                zygote: None,
+                only_gpu: None,
+                across: Some(across),
+            };
+            t.when_ranks_are_missing()
+        };
+        let said = trial(Launcher::Slurm).unwrap();
+        assert!(said.contains("/shared/run/trials/001-batch-4") && said.contains("every node shares"), "{said}");
+        // On one host the folder is shared by construction: nothing to add.
+        assert_eq!(trial(Launcher::Local), None);
+    }
 
     #[test]
     fn a_command_needs_the_batch_placeholder() {

@@ -76,6 +76,10 @@ impl TrialKind for Spread<'_> {
         self.kind.log_file()
     }
 
+    fn when_ranks_are_missing(&self) -> Option<String> {
+        self.kind.when_ranks_are_missing()
+    }
+
     fn nvml_device(&self) -> Option<usize> {
         match self.via {
             Via::Here => self.kind.nvml_device(),

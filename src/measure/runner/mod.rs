@@ -46,6 +46,11 @@ pub trait TrialKind {
     fn nvml_device(&self) -> Option<usize> {
         None
     }
+    /// What to add when some ranks never reported: for a job across nodes,
+    /// that the trial's folder must be one every node shares.
+    fn when_ranks_are_missing(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A trial's folder in `trials_dir`: `NNN-batch-B`.
@@ -244,7 +249,7 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
     }
     result.wall_seconds = started.elapsed().as_secs_f64();
     result.keep_peak_timeline();
-    classify(&mut result, ending, status, &stderr_text, timeout);
+    classify(&mut result, ending, status, &stderr_text, (timeout, kind.when_ranks_are_missing()));
     if let (Some(log), Outcome::Error | Outcome::Killed | Outcome::Timeout) = (&log, result.outcome) {
         if result.outcome == Outcome::Timeout && steps_seen == 0 {
             let note = "no training step was seen: does the command call optimizer.step() (or vramprobe_hook.step())?";
@@ -517,7 +522,7 @@ fn classify(
     ending: Ending,
     status: std::io::Result<ExitStatus>,
     stderr: &str,
-    timeout: Duration,
+    (timeout, missing_hint): (Duration, Option<String>),
 ) {
     let next_step = Some(result.steps.len() as u32 + 1);
     match ending {
@@ -558,8 +563,9 @@ fn classify(
             (result.outcome, result.message) = unreported(status, stderr);
             if !missing.is_empty() {
                 let ranks: Vec<String> = missing.iter().map(u32::to_string).collect();
+                let hint = missing_hint.unwrap_or_default();
                 result.message =
-                    result.message.take().map(|m| format!("no result from rank {}: {m}", ranks.join(", ")));
+                    result.message.take().map(|m| format!("no result from rank {}: {m}{hint}", ranks.join(", ")));
             }
             result.failed_step = next_step;
         }
