@@ -382,3 +382,21 @@ fn two_nodes_through_srun_inside_a_slurm_allocation() {
     nodes.dedup();
     assert_eq!(nodes, [0, 1], "a rank on each of Slurm's two nodes");
 }
+
+#[test]
+fn two_nodes_over_ssh_join_and_every_rank_is_measured() {
+    let test = "two_nodes_over_ssh_join_and_every_rank_is_measured";
+    let (Some(torchrun), Some(sshd)) = (torchrun(test), common::sshd_dir(test)) else { return };
+    let _one = one_job();
+    let dir = tempfile::tempdir().unwrap();
+    // The real ssh, with the local sshd's client config (port, key, known hosts).
+    let path = format!("{sshd}/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let options = ["--nodes", "2", "--launcher", "ssh", "--hosts", "127.0.0.1,localhost", "--batches", "2,4"];
+    let (trials, _) = sweep(&dir.path().join("ssh"), &options, &job(&torchrun, "1", DDP, &[]), &[("PATH", &path)]);
+    assert!(trials.iter().all(|t| t.outcome.name() == "fits" && t.world_size == Some(2)), "{trials:?}");
+    let steps: Vec<StepRecord> = read_csv(&dir.path().join("ssh/steps.csv"));
+    let mut nodes: Vec<u32> = steps.iter().filter_map(|s| s.node).collect();
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes, [0, 1], "a rank on each host ssh reached");
+}

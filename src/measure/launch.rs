@@ -125,6 +125,13 @@ fn forwarded_env() -> Vec<String> {
         .collect()
 }
 
+/// The shell line an agent runs over ssh: in this folder, with the trial's environment.
+fn remote_line(agent: &[String]) -> String {
+    let cwd = std::env::current_dir().map(|d| d.to_string_lossy().into_owned()).unwrap_or_else(|_| ".".into());
+    let env = forwarded_env().join(" ");
+    format!("cd {} && env {env} {}", crate::units::shell_line(&[cwd]), crate::units::shell_line(agent))
+}
+
 /// Starts every agent (on this host, or over ssh on `hosts`) and waits;
 /// the first that fails stops the others. The job's exit code.
 pub fn run_agents(argv: &[String], nodes: u32, endpoint: &str, id: &str, hosts: Option<&[String]>) -> i32 {
@@ -134,8 +141,7 @@ pub fn run_agents(argv: &[String], nodes: u32, endpoint: &str, id: &str, hosts: 
         let mut command = match hosts.and_then(|h| h.get(node as usize)) {
             Some(host) => {
                 let mut c = Command::new("ssh");
-                c.args(["-o", "BatchMode=yes", host, "env"]).args(forwarded_env());
-                c.arg(crate::units::shell_line(&agent));
+                c.args(["-o", "BatchMode=yes", host, &remote_line(&agent)]);
                 c
             }
             None => {

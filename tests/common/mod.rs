@@ -113,3 +113,15 @@ pub fn slurm_conf(test: &str) -> Option<String> {
     }
     conf
 }
+
+/// The folder of the real sshd on 127.0.0.1:22022 that ./scripts/test
+/// starts (scripts/sshd-local: its bin/ssh uses that sshd's client
+/// config), or a recorded skip.
+pub fn sshd_dir(test: &str) -> Option<String> {
+    let dir =
+        std::env::var("VRAMPROBE_TEST_SSHD_DIR").ok().filter(|d| std::path::Path::new(d).join("bin/ssh").is_file());
+    if dir.is_none() {
+        skip(test, "no local sshd (./scripts/test starts one with scripts/sshd-local)");
+    }
+    dir
+}
