@@ -377,9 +377,7 @@ fn two_nodes_through_srun_inside_a_slurm_allocation() {
     let trials: Vec<SweepRow> = read_csv(&out.join("sweep.csv"));
     let steps: Vec<StepRecord> = read_csv(&out.join("steps.csv"));
     assert!(trials.iter().all(|t| t.outcome.name() == "fits" && t.world_size == Some(2)), "{trials:?}");
-    let mut nodes: Vec<u32> = steps.iter().filter_map(|s| s.node).collect();
-    nodes.sort();
-    nodes.dedup();
+    let nodes = nodes_seen(&steps);
     assert_eq!(nodes, [0, 1], "a rank on each of Slurm's two nodes");
 }
 
@@ -395,8 +393,14 @@ fn two_nodes_over_ssh_join_and_every_rank_is_measured() {
     let (trials, _) = sweep(&dir.path().join("ssh"), &options, &job(&torchrun, "1", DDP, &[]), &[("PATH", &path)]);
     assert!(trials.iter().all(|t| t.outcome.name() == "fits" && t.world_size == Some(2)), "{trials:?}");
     let steps: Vec<StepRecord> = read_csv(&dir.path().join("ssh/steps.csv"));
+    let nodes = nodes_seen(&steps);
+    assert_eq!(nodes, [0, 1], "a rank on each host ssh reached");
+}
+
+/// The nodes whose ranks took steps, once each, in order.
+fn nodes_seen(steps: &[StepRecord]) -> Vec<u32> {
     let mut nodes: Vec<u32> = steps.iter().filter_map(|s| s.node).collect();
     nodes.sort();
     nodes.dedup();
-    assert_eq!(nodes, [0, 1], "a rank on each host ssh reached");
+    nodes
 }
