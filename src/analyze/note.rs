@@ -94,6 +94,21 @@ impl fmt::Display for Note {
             Note::Interrupted { signal } => {
                 write!(f, "{signal}: the sweep stopped; the trials above are what it measured")
             }
+            Note::SideBySide { .. }
+            | Note::Explained { .. }
+            | Note::FitsOnlyInMargin { .. }
+            | Note::BatchIgnored { .. }
+            | Note::AllocRetries { .. }
+            | Note::BackwardSteps
+            | Note::ExplainFailed { .. } => self.fmt_trials(f),
+        }
+    }
+}
+
+impl Note {
+    /// The words of the notes about how trials ran (`fmt` says the rest).
+    fn fmt_trials(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Note::SideBySide { width, rounds, trials, seconds } => write!(
                 f,
                 "the search ran up to {width} trials at once (--parallel): {trials} trials in {rounds} rounds, \
@@ -137,6 +152,7 @@ impl fmt::Display for Note {
                 "trial {trial} ran the max batch {batch} again to break its peak down and it did not fit ({outcome}): \
                  the job is not repeatable at this batch; treat the max as unproven"
             ),
+            _ => Ok(()),
         }
     }
 }

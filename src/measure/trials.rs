@@ -11,10 +11,12 @@ use crate::measure::command::{CommandRunner, CommandRuns};
 use crate::measure::linked::LINKED;
 use crate::measure::model::NO_BUILTIN;
 use crate::measure::preimport::TrialStart;
-use crate::measure::runner::{BuiltInRunner, TrialRunner};
-use crate::measure::spread::Via;
+use crate::measure::runner::{run, trial_dir, BuiltIn, TrialRunner};
+use crate::measure::spread::{Spread, Via};
 use crate::record::device::{CapacityLimit, Device};
 use crate::record::subject::Subject;
+use crate::record::trial::{StepRecord, TrialResult, TrialSpec};
+use crate::record::workload::WorkloadConfig;
 
 /// How each trial runs, as the sweep or check asks.
 #[derive(Debug, Clone, Copy)]
@@ -59,4 +61,46 @@ pub fn runner(subject: &Subject, how: TrialSettings, trials_dir: PathBuf) -> Res
             Box::new(CommandRunner { runs, device, steps, limit, timeout, start, via })
         }
     })
+}
+
+/// A built-in workload's (or a TorchScript file's) trials, each a
+/// `vramprobe trial` child of `exe` with its folder in `trials_dir`.
+#[derive(Debug, Clone)]
+pub struct BuiltInRunner {
+    pub exe: PathBuf,
+    pub trials_dir: PathBuf,
+    pub workload: WorkloadConfig,
+    pub device: Device,
+    pub steps: u32,
+    pub limit: CapacityLimit,
+    pub timeout: Duration,
+    pub via: Via,
+}
+
+impl TrialRunner for BuiltInRunner {
+    fn run(
+        &mut self,
+        trial: u32,
+        batch: u64,
+        breakdown: bool,
+        on_step: &mut dyn FnMut(&StepRecord),
+    ) -> anyhow::Result<TrialResult> {
+        let spec = TrialSpec {
+            workload: Some(self.workload.clone()),
+            breakdown,
+            trace: true,
+            ..TrialSpec::new(batch, self.steps, self.device, self.limit)
+        };
+        // The run's trial folders, private (a trial's own folder is made so too).
+        crate::measure::private::own_dir(&self.trials_dir)
+            .map_err(|e| anyhow::anyhow!("preparing {}: {e}", self.trials_dir.display()))?;
+        let dir = trial_dir(&self.trials_dir, trial, batch);
+        let kind = BuiltIn { exe: &self.exe, dir, spec: &spec };
+        let spread = Spread { kind: &kind, via: self.via, gpu: self.device.is_cuda() };
+        Ok(run(&spread, trial, self.timeout, on_step))
+    }
+
+    fn beside(&self, device: Device) -> Option<Box<dyn TrialRunner + Send>> {
+        Some(Box::new(BuiltInRunner { device, ..self.clone() }))
+    }
 }

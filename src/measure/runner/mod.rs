@@ -127,48 +127,6 @@ pub trait TrialRunner {
     }
 }
 
-/// A built-in workload's (or a TorchScript file's) trials, each a
-/// `vramprobe trial` child of `exe` with its folder in `trials_dir`.
-#[derive(Debug, Clone)]
-pub struct BuiltInRunner {
-    pub exe: PathBuf,
-    pub trials_dir: PathBuf,
-    pub workload: crate::record::workload::WorkloadConfig,
-    pub device: Device,
-    pub steps: u32,
-    pub limit: crate::record::device::CapacityLimit,
-    pub timeout: Duration,
-    pub via: crate::measure::spread::Via,
-}
-
-impl TrialRunner for BuiltInRunner {
-    fn run(
-        &mut self,
-        trial: u32,
-        batch: u64,
-        breakdown: bool,
-        on_step: &mut dyn FnMut(&StepRecord),
-    ) -> anyhow::Result<TrialResult> {
-        let spec = TrialSpec {
-            workload: Some(self.workload.clone()),
-            breakdown,
-            trace: true,
-            ..TrialSpec::new(batch, self.steps, self.device, self.limit)
-        };
-        // The run's trial folders, private (a trial's own folder is made so too).
-        crate::measure::private::own_dir(&self.trials_dir)
-            .map_err(|e| anyhow::anyhow!("preparing {}: {e}", self.trials_dir.display()))?;
-        let dir = trial_dir(&self.trials_dir, trial, batch);
-        let kind = BuiltIn { exe: &self.exe, dir, spec: &spec };
-        let spread = crate::measure::spread::Spread { kind: &kind, via: self.via, gpu: self.device.is_cuda() };
-        Ok(run(&spread, trial, self.timeout, on_step))
-    }
-
-    fn beside(&self, device: Device) -> Option<Box<dyn TrialRunner + Send>> {
-        Some(Box::new(BuiltInRunner { device, ..self.clone() }))
-    }
-}
-
 /// Runs a built-in trial of `spec` in a child of `exe`, its folder `dir`.
 pub fn run_trial(
     exe: &Path,
