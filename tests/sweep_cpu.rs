@@ -121,7 +121,7 @@ fn csv_headers_are_stable() {
     );
     assert_eq!(
         header("steps.csv"),
-        "trial,rank,world_size,step,batch,step_seconds,data_seconds,forward_seconds,backward_seconds,optimizer_seconds,samples_per_second,allocated_bytes,peak_allocated_bytes,reserved_bytes,peak_reserved_bytes,active_bytes,peak_active_bytes,inactive_split_bytes,requested_bytes,peak_requested_bytes,alloc_retries,ooms,nvml_used_bytes,nvml_free_bytes,nvml_total_bytes,nvml_gpu_util_percent,nvml_mem_util_percent,nvml_temperature_c,nvml_power_watts,nvml_sm_clock_mhz,nvml_process_used_bytes,host_peak_rss_bytes,forward_backward_peak_bytes,optimizer_peak_bytes,predicted_cuda_peak_reserved_bytes"
+        "trial,rank,node,world_size,step,batch,step_seconds,data_seconds,forward_seconds,backward_seconds,optimizer_seconds,samples_per_second,allocated_bytes,peak_allocated_bytes,reserved_bytes,peak_reserved_bytes,active_bytes,peak_active_bytes,inactive_split_bytes,requested_bytes,peak_requested_bytes,alloc_retries,ooms,nvml_used_bytes,nvml_free_bytes,nvml_total_bytes,nvml_gpu_util_percent,nvml_mem_util_percent,nvml_temperature_c,nvml_power_watts,nvml_sm_clock_mhz,nvml_process_used_bytes,host_peak_rss_bytes,forward_backward_peak_bytes,optimizer_peak_bytes,predicted_cuda_peak_reserved_bytes"
     );
     // CPU rows leave the CUDA columns empty rather than writing zeros.
     let (_, steps) = read_csv::<StepRecord>(&out.join("steps.csv"));

@@ -30,7 +30,7 @@ pub enum Command {
     /// Run real training steps across batch sizes, fit memory against the batch,
     /// and recommend the largest batch that fits with headroom.
     #[command(
-        after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet18 --input 3x112x112 --capacity 4GiB --multiple-of 8\n  vramprobe sweep --model resnet18 --input 3x112x112 --batches 1,2,4,8\n  vramprobe sweep --model resnet18 --input 3x64x64 --capacity 2GiB --strategy lightning-binsearch\n  vramprobe sweep --model vgg16 --capacity 8GiB --margin 15% --out runs/vgg16-8g\n  vramprobe sweep --capacity 8GiB -- python train.py --batch-size {batch}"
+        after_help = "Examples:\n  vramprobe sweep --model resnet18\n  vramprobe sweep --model resnet18 --input 3x112x112 --capacity 4GiB --multiple-of 8\n  vramprobe sweep --model resnet18 --input 3x112x112 --batches 1,2,4,8\n  vramprobe sweep --model resnet18 --input 3x64x64 --capacity 2GiB --strategy lightning-binsearch\n  vramprobe sweep --model vgg16 --capacity 8GiB --margin 15% --out runs/vgg16-8g\n  vramprobe sweep --capacity 8GiB -- python train.py --batch-size {batch}\n  vramprobe sweep --parallel 4 -- python train.py --batch-size {batch}   # 4 trials at once, one per idle GPU\n  vramprobe sweep --nodes 2 --launcher slurm -- torchrun --nproc-per-node 8 train.py --batch-size {batch}"
     )]
     Sweep(SweepArgs),
     /// List the built-in models with their default input and parameter count.
@@ -64,7 +64,7 @@ pub enum Command {
     Exec(ExecArgs),
     /// Predict the max batch on GPUs you do not have, from a measured run.
     #[command(
-        after_help = "Examples:\n  vramprobe plan --from runs/X/report.json --gpu rtx3070\n  vramprobe plan --from runs/X/report.json --gpu all --multiple-of 8\n  vramprobe plan --from runs/X/report.json --gpu my-gpu.toml\n  vramprobe plan --from runs/X/report.json --gpu h100-80gb --explain --at 256,512"
+        after_help = "Examples:\n  vramprobe plan --from runs/X/report.json --gpu rtx3070\n  vramprobe plan --from runs/X/report.json --gpu all --multiple-of 8\n  vramprobe plan --from runs/X/report.json --gpu my-gpu.toml\n  vramprobe plan --from runs/X/report.json --gpu h100-80gb --explain --at 256,512\n  vramprobe plan --from runs/fsdp --world-size 64,128"
     )]
     Plan(PlanArgs),
     /// Re-render a saved run's table, plots and HTML page from its report.json,
