@@ -7,7 +7,7 @@
 //! when one fails, stops the others, so no process outlives a failed trial
 //! on any node. Every rank writes its records into the trial's folder
 //! (on a cluster, a folder every node shares).
-use std::net::TcpListener;
+use std::net::{TcpListener, ToSocketAddrs};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -68,8 +68,11 @@ pub fn endpoint(nodes: &Nodes) -> std::io::Result<String> {
     let host = match &nodes.launcher {
         Launcher::Local => "127.0.0.1".to_string(),
         Launcher::Ssh { hosts } => hosts.first().cloned().unwrap_or_else(|| "127.0.0.1".into()),
-        // vramprobe runs in the allocation, on its first node.
-        Launcher::Slurm => hostname(),
+        // vramprobe runs in the allocation: the agents reach it by its host
+        // name (a host whose name does not resolve is a one-host cluster).
+        Launcher::Slurm => Some(hostname())
+            .filter(|h| (h.as_str(), 0).to_socket_addrs().is_ok_and(|mut a| a.next().is_some()))
+            .unwrap_or_else(|| "127.0.0.1".into()),
     };
     Ok(format!("{host}:{}", free_port()?))
 }
