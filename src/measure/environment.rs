@@ -12,6 +12,11 @@ fn uname() -> (String, String) {
     (format!("{} {} {}", field(&u.sysname), field(&u.release), field(&u.machine)), field(&u.nodename))
 }
 
+/// This host's name, as the kernel knows it.
+pub fn hostname() -> String {
+    uname().1
+}
+
 /// The tch release this build uses (tch pins its libtorch version); the GPU
 /// kit builds with 0.24 for torch 2.11 (scripts/build-gpu-kit).
 pub const TCH_VERSION: &str = env!("VRAMPROBE_TCH_VERSION");

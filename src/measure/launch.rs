@@ -70,15 +70,11 @@ pub fn endpoint(nodes: &Nodes) -> std::io::Result<String> {
         Launcher::Ssh { hosts } => hosts.first().cloned().unwrap_or_else(|| "127.0.0.1".into()),
         // vramprobe runs in the allocation: the agents reach it by its host
         // name (a host whose name does not resolve is a one-host cluster).
-        Launcher::Slurm => Some(hostname())
+        Launcher::Slurm => Some(crate::measure::environment::hostname())
             .filter(|h| (h.as_str(), 0).to_socket_addrs().is_ok_and(|mut a| a.next().is_some()))
             .unwrap_or_else(|| "127.0.0.1".into()),
     };
     Ok(format!("{host}:{}", free_port()?))
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "127.0.0.1".into(), |h| h.trim().to_string())
 }
 
 /// The trial's child: `vramprobe launch`, or for Slurm `srun` running it

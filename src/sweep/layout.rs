@@ -85,6 +85,11 @@ pub fn resolve(request: &SweepRequest) -> Result<SweepPlan> {
         one => vec![device::resolve(one)?],
     };
     let device_notes = devices.iter().filter_map(|(_, n)| n.clone()).collect();
+    // Trials go beside each other (--parallel) unless the runs already do (--device all).
+    let beside = match devices.as_slice() {
+        [(one, _)] => beside_devices(request, *one),
+        _ => (Vec::new(), None),
+    };
     let (shape, pairs) = match (devices.len(), subjects.len()) {
         (1, 1) => (Shape::Single, vec![(String::new(), subjects[0].clone(), devices[0].clone())]),
         (1, _) => {
@@ -107,22 +112,30 @@ pub fn resolve(request: &SweepRequest) -> Result<SweepPlan> {
             .into())
         }
     };
-    let side_by_side = shape != Shape::Devices;
     let runs = pairs
         .into_iter()
-        .map(|(label, subject, (device, note))| planned_run(request, label, subject, (device, note), side_by_side))
+        .map(|(label, subject, (device, note))| planned_run(request, label, subject, (device, note), &beside))
         .collect::<Result<_>>()?;
     Ok(SweepPlan { runs, shape, device_notes })
 }
 
-/// A run's config and trial settings; its trials go beside each other
-/// (`--parallel`) unless the runs themselves already do (`--device all`).
+/// Where trials run beside the run's own on `device`, and what fell short.
+/// A scheduler places each trial (and gives it its GPU): --parallel of them at once.
+fn beside_devices(request: &SweepRequest, device: Device) -> (Vec<Device>, Option<String>) {
+    let parallel = request.each_run.parallel;
+    match request.via {
+        Via::Here => device::beside(device, parallel),
+        Via::SlurmStep | Via::RayTask => (vec![device; parallel.unwrap_or(1).saturating_sub(1) as usize], None),
+    }
+}
+
+/// A run's config and trial settings, its trials going beside each other on `beside`.
 fn planned_run(
     request: &SweepRequest,
     label: String,
     subject: Subject,
     (device, note): (Device, Option<String>),
-    side_by_side: bool,
+    (beside, short): &(Vec<Device>, Option<String>),
 ) -> Result<PlannedRun> {
     let options = request.each_run.clone();
     let trials = TrialSettings {
@@ -133,16 +146,10 @@ fn planned_run(
         fresh_process: request.fresh_process,
         via: request.via,
     };
-    // A scheduler places each trial (and gives it its GPU): --parallel of them at once.
-    let (beside, short) = match (side_by_side, request.via) {
-        (false, _) => (Vec::new(), None),
-        (true, Via::Here) => device::beside(device, options.parallel),
-        (true, _) => (vec![device; options.parallel.unwrap_or(1).saturating_sub(1) as usize], None),
-    };
-    let mut notes: Vec<Note> = note.into_iter().chain(short).map(|text| Note::Device { text }).collect();
+    let mut notes: Vec<Note> = note.into_iter().chain(short.clone()).map(|text| Note::Device { text }).collect();
     if let (Subject::Command(_), Device::Cpu, Some(_)) = (&subject, device, options.capacity) {
         notes.push(Note::CapacityNotEnforced);
     }
-    let config = SweepConfig { subject, device, beside, notes, options };
+    let config = SweepConfig { subject, device, beside: beside.clone(), notes, options };
     Ok(PlannedRun { label, config, trials })
 }

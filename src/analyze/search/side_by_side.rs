@@ -8,6 +8,8 @@
 //! never asks for cost a trial beside the others, nothing else.
 use std::collections::VecDeque;
 
+use crate::analyze::fit::LinearFit;
+
 use super::{stopped, Observation, Oracle, Probe, SearchLimits, SearchResult, Step, Strategy, MAX_TRIALS};
 
 /// What running side by side did: rounds of trials run at once, and the trials in them.
@@ -96,28 +98,17 @@ fn outcomes(seen: &[Probe], batch: u64, limits: &SearchLimits) -> [Observation; 
 }
 
 /// The peak at `batch` on the least-squares line through the fitting
-/// probes (through the origin's ratio from one); `None` with none.
+/// probes (in proportion to the one, with one); `None` with none.
 fn predicted_peak(seen: &[Probe], batch: u64) -> Option<u64> {
-    let points: Vec<(f64, f64)> = seen
+    let points: Vec<(u64, u64)> = seen
         .iter()
         .filter(|p| p.observation.fits())
-        .filter_map(|p| Some((p.batch as f64, p.observation.peak_bytes()? as f64)))
+        .filter_map(|p| Some((p.batch, p.observation.peak_bytes()?)))
         .collect();
-    let x = batch as f64;
-    let n = points.len() as f64;
     let y = match points.as_slice() {
         [] => return None,
-        [(b, peak)] => peak * x / b,
-        _ => {
-            let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-            let sxx: f64 = points.iter().map(|(x, _)| x * x).sum();
-            let sxy: f64 = points.iter().map(|(x, y)| x * y).sum();
-            let slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-            if !slope.is_finite() {
-                return None;
-            }
-            (sy - slope * sx) / n + slope * x
-        }
+        [(b, peak)] => *peak as f64 * batch as f64 / *b as f64,
+        _ => LinearFit::fit(&points).ok()?.predict(batch),
     };
     Some(y.max(0.0) as u64)
 }
