@@ -170,7 +170,34 @@ fn sweep_example(python: &str, out: &Path, options: &[&str]) -> RunRecord {
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap()
+    let report: RunRecord = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    if options.contains(&"--timings") {
+        timings_account_for_the_sweep(&report, &String::from_utf8_lossy(&run.stdout));
+    }
+    report
+}
+
+/// report.json's timings: the imports, then each trial in order (the
+/// explain trial named; the rehearsal after them), its span its wall
+/// time, its setup and steps inside it; and --timings prints them.
+fn timings_account_for_the_sweep(report: &RunRecord, stdout: &str) {
+    use vramprobe::record::timings::SpanKind;
+    let spans = &report.timings;
+    assert_eq!(spans.first().map(|s| s.kind), Some(SpanKind::Imports), "{spans:?}");
+    assert_eq!(spans.last().map(|s| s.kind), Some(SpanKind::Analysis), "{spans:?}");
+    let trials: Vec<_> = spans.iter().filter(|s| matches!(s.kind, SpanKind::Trial | SpanKind::Explain)).collect();
+    assert_eq!(trials.len(), report.trials.len(), "{spans:?}");
+    for (span, t) in trials.iter().zip(&report.trials) {
+        assert_eq!((span.trial, span.batch, span.seconds), (Some(t.trial), Some(t.batch), t.wall_seconds));
+        let times = span.times.expect("a trial that ran steps has its setup and steps");
+        assert!(times.setup_seconds > 0.0 && times.steps_seconds > 0.0, "{span:?}");
+        assert!(span.finish_seconds().unwrap() >= 0.0 && times.setup_seconds + times.steps_seconds <= span.seconds);
+    }
+    assert_eq!(trials.last().map(|s| s.kind), Some(SpanKind::Explain));
+    for pair in spans[1..].windows(2) {
+        assert!(pair[0].end_seconds() <= pair[1].start_seconds + 1e-3, "in order, one at a time: {pair:?}");
+    }
+    assert!(stdout.contains("Where the sweep's") && stdout.contains("explain"), "{stdout}");
 }
 
 #[test]
@@ -178,7 +205,7 @@ fn a_commands_peak_is_torch_s_own_categories() {
     let Some(python) = common::torch_python("a_commands_peak_is_torch_s_own_categories") else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let report = sweep_example(&python, &out, &["--batches", "16"]);
+    let report = sweep_example(&python, &out, &["--batches", "16", "--timings"]);
     // The search's trial measures peaks only (split at the optimizer step);
     // one explain trial at the max batch runs torch's full profile.
     let [search, t] = &report.trials[..] else { panic!("one search trial and one explain trial: {:?}", report.trials) };

@@ -61,6 +61,9 @@ pub struct RunRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<Why>,
     pub notes: Vec<Note>,
+    /// Where the sweep's wall time went, span by span (`sweep --timings` prints it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timings: Vec<crate::record::timings::Span>,
 }
 
 impl RunRecord {

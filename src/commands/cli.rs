@@ -244,6 +244,11 @@ pub struct SweepArgs {
     /// Print only the summary, not a line per trial.
     #[arg(long, short)]
     pub quiet: bool,
+    /// After the summary, print where the sweep's wall time went: the
+    /// imports, each trial's setup, steps and finish, the rehearsals, the
+    /// analysis (report.json keeps it as "timings" either way).
+    #[arg(long)]
+    pub timings: bool,
     /// Your own training command, after `--`, with {batch} where the batch
     /// size goes: each trial runs it unmodified, measured by vramprobe's
     /// Python hook, e.g. -- python train.py --batch-size {batch}.

@@ -9,7 +9,7 @@ use crate::analyze::run::{Layout, RunRecord};
 use crate::commands::cli::SweepArgs;
 use crate::measure::environment;
 use crate::report::outlet::{partial_note, Folders};
-use crate::report::{self, no_fit, output, table};
+use crate::report::{self, no_fit, output, table, timings};
 use crate::sweep::execute::{self, Children, Run};
 use crate::sweep::layout::{self, Shape, SweepRequest};
 use crate::sweep::subjects::SubjectOptions;
@@ -67,11 +67,18 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             eprintln!("{note}");
         }
     })?;
-    match plan.shape {
+    let code = match plan.shape {
         Shape::Single => single(&run, &out_dir),
         Shape::Variants(across) => variants(&run, across, &out_dir),
         Shape::Devices => devices(&run, plan.runs.iter().map(|r| r.label.as_str()), &out_dir),
+    };
+    if args.timings {
+        for (label, report) in &run.reports {
+            let shown = if run.reports.len() > 1 { format!("{label}: ") } else { String::new() };
+            print!("{shown}{}", timings::table(&report.timings));
+        }
     }
+    code
 }
 
 fn single(run: &Run, out_dir: &Path) -> Result<i32> {

@@ -180,6 +180,10 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         self.start.describe()
     }
 
+    fn imports(&self) -> Option<(std::time::Instant, f64)> {
+        self.start.imports()
+    }
+
     fn beside(&self, device: Device) -> Option<Box<dyn crate::measure::runner::TrialRunner + Send>> {
         // Its own pre-imported interpreter (or none, as this one), its own GPU.
         let fresh = matches!(self.start, TrialStart::Fresh(_));

@@ -70,7 +70,8 @@ pub struct Zygote {
     /// The socket's private folder, removed with the interpreter.
     _folder: tempfile::TempDir,
     python: String,
-    /// How long its imports took.
+    /// When it started, and how long its imports took.
+    pub started: Instant,
     pub import_seconds: f64,
 }
 
@@ -120,6 +121,7 @@ impl Zygote {
             secret,
             _folder: folder,
             python: python.to_string(),
+            started,
             import_seconds: started.elapsed().as_secs_f64(),
         };
         match line.trim() {
@@ -212,6 +214,14 @@ impl TrialStart {
         }
         match self {
             TrialStart::Forked(z) => Some(z),
+            _ => None,
+        }
+    }
+
+    /// When the pre-imported interpreter started and how long its imports took.
+    pub fn imports(&self) -> Option<(Instant, f64)> {
+        match self {
+            TrialStart::Forked(z) => Some((z.started, z.import_seconds)),
             _ => None,
         }
     }

@@ -372,6 +372,9 @@ pub struct TrialResult {
     /// A rehearsal of the whole job (check); a distributed job's: the rank with the highest peak.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rehearsal: Option<Box<RehearsalRecord>>,
+    /// Its setup and steps, as their records arrived (see record::timings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<crate::record::timings::TrialTimes>,
 }
 
 /// One rank's highest readings over a trial's steps.
@@ -411,6 +414,7 @@ impl TrialResult {
             world_size: None,
             step_mark: None,
             rehearsal: None,
+            times: None,
         }
     }
 

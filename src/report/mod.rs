@@ -8,7 +8,7 @@
 //! the job it watched ([`watch`]), `check`'s verdict ([`verdict`]), a sweep's words when no batch fits
 //! ([`no_fit`]), the
 //! trainer's log and its plot ([`train_log`]), terminal progress
-//! ([`progress`]). Nothing here runs a trial.
+//! ([`progress`]), `sweep --timings`' table of where the time went ([`timings`]). Nothing here runs a trial.
 //!
 //! Layer 3: may import `analyze`, `measure`, `record`, `units`, `interrupt`, `error`;
 //! never `sweep`, `train`, `bench` or `commands`.
@@ -28,6 +28,7 @@ pub mod rehearsal;
 pub mod sink;
 pub mod table;
 pub mod timeline;
+pub mod timings;
 pub mod train_log;
 pub mod verdict;
 pub mod watch;

@@ -9,6 +9,7 @@ use anyhow::{anyhow, Result};
 use crate::analyze::note::Note;
 use crate::analyze::search::side_by_side;
 use crate::analyze::search::{SearchResult, Strategy};
+use crate::record::timings::{Span, SpanKind};
 use crate::record::trial::TrialResult;
 
 use super::Sweep;
@@ -55,7 +56,9 @@ impl Sweep<'_> {
             std::iter::once(own).chain(joined).collect()
         });
         for result in results {
-            self.keep_trial(result?)?;
+            let result = result?;
+            self.report.timings.push(Span::of_trial(SpanKind::Trial, &result, self.seconds()));
+            self.keep_trial(result)?;
         }
         self.stop_if_interrupted()?;
         Ok(self.report.trials[first as usize - 1..].to_vec())

@@ -20,6 +20,8 @@ mod tests;
 pub mod variants;
 pub mod whole_job;
 
+use std::time::Instant;
+
 use anyhow::Result;
 
 use crate::analyze::analysis::{self, budget_for, observe, AnalysisInput, CapacitySource, FitBasis, StrategyName};
@@ -36,6 +38,7 @@ use crate::measure::environment;
 use crate::measure::runner::TrialRunner;
 use crate::record::device::Device;
 use crate::record::subject::Subject;
+use crate::record::timings::{Span, SpanKind};
 use crate::record::trial::{Outcome, StepMark, StepTrace, TrialResult};
 pub use crate::report::sink::Sink;
 use crate::units::human_bytes;
@@ -124,6 +127,8 @@ struct Sweep<'a> {
     traces: Vec<(u64, StepTrace)>,
     /// Runners of trials beside the sweep's own (`--parallel`).
     beside: Vec<Box<dyn TrialRunner + Send>>,
+    /// When the sweep began: the timings' zero.
+    began: Instant,
 }
 
 impl Sweep<'_> {
@@ -147,12 +152,19 @@ impl Sweep<'_> {
         self.cfg.options.breakdown && !matches!(self.cfg.subject, Subject::Command(_))
     }
 
+    /// Seconds since the sweep began.
+    fn seconds(&self) -> f64 {
+        self.began.elapsed().as_secs_f64()
+    }
+
     fn run_trial(&mut self, batch: u64, breakdown: bool) -> Result<&TrialResult> {
         self.stop_if_interrupted()?;
         let trial = self.report.trials.len() as u32 + 1;
         self.sink.trial_started(trial, batch);
         let sink = &mut *self.sink;
         let result = self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?;
+        let kind = if breakdown && !self.breakdown_is_free() { SpanKind::Explain } else { SpanKind::Trial };
+        self.report.timings.push(Span::of_trial(kind, &result, self.seconds()));
         self.keep_trial(result)?;
         self.stop_if_interrupted()?;
         Ok(self.report.trials.last().expect("just pushed"))
@@ -388,9 +400,14 @@ impl Sweep<'_> {
                 return Ok(());
             }
             self.sink.rehearsing(batch);
+            let at = self.seconds();
             let Some(r) = whole_job::rehearse(self.runner, first, batch, self.cfg.options.rehearsal_seconds)? else {
                 return Ok(());
             };
+            // Its whole time: a rehearsal may run more than one trial.
+            let (end, seconds) = (self.seconds(), self.seconds() - at);
+            let span = Span { start_seconds: at, seconds, ..Span::of_trial(SpanKind::Rehearsal, &r.trial, end) };
+            self.report.timings.push(span);
             first += r.trials;
             let Some((peak, what)) = self.whole_job_peak(&r, budget, basis) else {
                 let why = r.trial.message.as_deref().unwrap_or("no message");
@@ -533,8 +550,33 @@ impl search::Oracle for Sweep<'_> {
 /// Runs the sweep, each trial through `runner`. Outputs are rewritten after
 /// every trial, so whatever was measured survives a failure later on.
 pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink) -> Result<RunRecord> {
+    let began = Instant::now();
+    let report = new_report(cfg);
+    sink.keep(&report)?;
+    let beside = cfg.beside.iter().filter_map(|&device| runner.beside(device)).collect();
+    let mut sweep =
+        Sweep { cfg, runner, sink, report, budget: None, margin_off: false, traces: Vec::new(), beside, began };
+
+    let mut strategy = cfg.strategy();
+    let mut result = sweep.search(strategy.as_mut())?;
+    let ignored = sweep.report.notes.iter().any(|n| matches!(n, Note::BatchIgnored { .. }));
+    if ignored {
+        // No max from a command that ignores its batch; its note says why the search stopped.
+        result = SearchResult { max_batch: 0, exact: false, ..result };
+        result.notes.clear();
+    }
+    sweep.search_capacity(&result)?;
+    sweep.verify_recommended(&mut result)?;
+    sweep.explain_max(&mut result)?;
+    sweep.rehearse_max(&mut result)?;
+    sweep.note_alloc_retries(result.max_batch);
+    sweep.conclude(result, ignored)
+}
+
+/// The run's record before its first trial.
+fn new_report(cfg: &SweepConfig) -> RunRecord {
     let (started_at, _) = environment::utc_now();
-    let report = RunRecord {
+    RunRecord {
         schema_version: REPORT_SCHEMA_VERSION,
         status: RunStatus::Running,
         command_line: cfg.options.command_line.clone(),
@@ -550,51 +592,50 @@ pub fn run(cfg: &SweepConfig, runner: &mut dyn TrialRunner, sink: &mut dyn Sink)
         analysis: None,
         why: None,
         notes: cfg.notes.clone(),
-    };
-    sink.keep(&report)?;
-    let beside = cfg.beside.iter().filter_map(|&device| runner.beside(device)).collect();
-    let mut sweep = Sweep { cfg, runner, sink, report, budget: None, margin_off: false, traces: Vec::new(), beside };
-
-    let mut strategy = cfg.strategy();
-    let mut result = sweep.search(strategy.as_mut())?;
-    let ignored = sweep.report.notes.iter().any(|n| matches!(n, Note::BatchIgnored { .. }));
-    if ignored {
-        // No max from a command that ignores its batch; its note says why the search stopped.
-        result = SearchResult { max_batch: 0, exact: false, ..result };
-        result.notes.clear();
+        timings: Vec::new(),
     }
-    sweep.search_capacity(&result)?;
-    sweep.verify_recommended(&mut result)?;
-    sweep.explain_max(&mut result)?;
-    sweep.rehearse_max(&mut result)?;
-    sweep.note_alloc_retries(result.max_batch);
+}
 
-    let mut report = sweep.report;
-    report.notes.extend(sweep.runner.how_trials_start().map(|text| Note::TrialStart { text }));
-    let budget = sweep.budget.unwrap_or_else(|| {
-        report.notes.push(Note::BudgetUnknown);
-        Budget::new(cfg.options.capacity.unwrap_or(0), cfg.options.margin_fraction, 0)
-    });
-    let curve = device_curve::reserved_curve(&sweep.traces);
-    let input = AnalysisInput {
-        device: cfg.device,
-        budget,
-        capacity_source: CapacitySource::of(cfg.options.capacity),
-        strategy: cfg.strategy_name(),
-        search: result,
-        multiple_of: cfg.options.multiple_of,
-        cuda_reserved_curve_from: curve.as_ref().map(|c| c.1),
-        cuda_reserved_curve: curve.map(|c| c.0).unwrap_or_default(),
-    };
-    let mut analysis = analysis::analyze(&report.trials, input);
-    if ignored {
-        analysis.notes.retain(|n| *n != Note::FlatLine);
+impl Sweep<'_> {
+    /// The analysis of every trial, the why and the timings' last spans,
+    /// into the report's final files.
+    fn conclude(self, result: SearchResult, ignored: bool) -> Result<RunRecord> {
+        let (cfg, at) = (self.cfg, self.seconds());
+        let mut report = self.report;
+        report.notes.extend(self.runner.how_trials_start().map(|text| Note::TrialStart { text }));
+        if let Some((started, seconds)) = self.runner.imports() {
+            let start_seconds = started.saturating_duration_since(self.began).as_secs_f64();
+            let span = Span { kind: SpanKind::Imports, trial: None, batch: None, start_seconds, seconds, times: None };
+            report.timings.insert(0, span);
+        }
+        let budget = self.budget.unwrap_or_else(|| {
+            report.notes.push(Note::BudgetUnknown);
+            Budget::new(cfg.options.capacity.unwrap_or(0), cfg.options.margin_fraction, 0)
+        });
+        let curve = device_curve::reserved_curve(&self.traces);
+        let input = AnalysisInput {
+            device: cfg.device,
+            budget,
+            capacity_source: CapacitySource::of(cfg.options.capacity),
+            strategy: cfg.strategy_name(),
+            search: result,
+            multiple_of: cfg.options.multiple_of,
+            cuda_reserved_curve_from: curve.as_ref().map(|c| c.1),
+            cuda_reserved_curve: curve.map(|c| c.0).unwrap_or_default(),
+        };
+        let mut analysis = analysis::analyze(&report.trials, input);
+        if ignored {
+            analysis.notes.retain(|n| *n != Note::FlatLine);
+        }
+        report.status = if analysis.max_batch > 0 { RunStatus::Complete } else { RunStatus::Failed };
+        report.analysis = Some(analysis);
+        report.why = explain(&report);
+        let seconds = self.began.elapsed().as_secs_f64() - at;
+        let span = Span { kind: SpanKind::Analysis, trial: None, batch: None, start_seconds: at, seconds, times: None };
+        report.timings.push(span);
+        self.sink.keep(&report)?;
+        Ok(report)
     }
-    report.status = if analysis.max_batch > 0 { RunStatus::Complete } else { RunStatus::Failed };
-    report.analysis = Some(analysis);
-    report.why = explain(&report);
-    sweep.sink.keep(&report)?;
-    Ok(report)
 }
 
 /// The run's why, when its max batch was broken down.

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::error::signal_name;
 use crate::measure::device::nvml::Nvml;
 use crate::record::device::Device;
+use crate::record::timings::TrialTimes;
 use crate::record::trial::{
     Message, Outcome, StartRecord, StepRecord, TrialResult, TrialSpec, PROTOCOL_VERSION, SPEC_FILE,
 };
@@ -107,6 +108,12 @@ pub trait TrialRunner {
         None
     }
 
+    /// When the imports the trials start from began, and how long they
+    /// took (a command's pre-imported interpreter); `None`: none.
+    fn imports(&self) -> Option<(Instant, f64)> {
+        None
+    }
+
     /// Another runner of the same trials, to run while this one does
     /// (`--parallel`): its trials in processes of their own, on `device`
     /// (on CUDA, another GPU of the same kind). `None`: one at a time.
@@ -171,7 +178,7 @@ pub fn wrap_up_signal() -> i32 {
 }
 
 /// Runs one trial of any kind. `on_step` sees each step as it arrives.
-pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl FnMut(&StepRecord)) -> TrialResult {
+pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, mut on_step: impl FnMut(&StepRecord)) -> TrialResult {
     let started = Instant::now();
     let mut result = TrialResult::started(trial, kind.spec().batch, kind.log_file());
     let mut command = kind.command();
@@ -198,8 +205,13 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
     let nvml = kind.nvml_device().and_then(|i| Nvml::open().ok().map(|n| (n, i)));
     let mut reading =
         Reading { result: &mut result, ranks: Ranks::default(), nvml, measured: child.id(), steps_seen: 0 };
-    let ending = reading.read(&mut child, dir, &token, started + timeout, on_step);
+    let mut clock = StepClock::default();
+    let ending = reading.read(&mut child, dir, &token, started + timeout, |s: &StepRecord| {
+        clock.saw(s, started);
+        on_step(s)
+    });
     let steps_seen = reading.steps_seen;
+    result.times = clock.times();
     let status = child.wait();
     let mut stderr_text = stderr_reader.join().unwrap_or_default();
     if let Some(log) = &log {
@@ -217,6 +229,33 @@ pub fn run(kind: &dyn TrialKind, trial: u32, timeout: Duration, on_step: impl Fn
         result.message = result.message.map(|m| format!("{m} (its output: {})", log.display()));
     }
     result
+}
+
+/// When a trial's steps began and ended, from the first arrival of each
+/// step's record (on the CPU its progress; the records that follow at
+/// the end repeat the steps and are not timed again).
+#[derive(Default)]
+struct StepClock {
+    highest: u32,
+    first_began: Option<f64>,
+    last_ended: f64,
+}
+
+impl StepClock {
+    fn saw(&mut self, step: &StepRecord, started: Instant) {
+        if step.step <= self.highest {
+            return;
+        }
+        self.highest = step.step;
+        let now = started.elapsed().as_secs_f64();
+        self.first_began.get_or_insert((now - step.step_seconds).max(0.0));
+        self.last_ended = now;
+    }
+
+    fn times(&self) -> Option<TrialTimes> {
+        let began = self.first_began?;
+        Some(TrialTimes { setup_seconds: began, steps_seconds: (self.last_ended - began).max(0.0) })
+    }
 }
 
 /// Starts the trial's folder with its spec and without records, and sends
