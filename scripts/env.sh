@@ -66,7 +66,7 @@ vramprobe_build() {
   if [ -x "$target/$profile/vramprobe" ]; then
     cargo build --profile "$profile" --features builtin --quiet --manifest-path "$_vp_root/Cargo.toml"
   else
-    echo "vramprobe: building vramprobe ($profile, about 4 minutes on 2 cores the first time) into $target" >&2
+    echo "vramprobe: building vramprobe ($profile, about 2 minutes on 2 cores the first time) into $target" >&2
     cargo build --profile "$profile" --features builtin --manifest-path "$_vp_root/Cargo.toml"
   fi
 }
