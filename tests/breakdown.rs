@@ -216,6 +216,8 @@ fn a_commands_peak_is_torch_s_own_categories() {
     assert_eq!(search.peak_allocated_bytes(), t.peak_allocated_bytes(), "the same batch peaks the same");
     assert!(report.notes.iter().any(|n| n.to_string().contains("again under torch's full memory profile")));
     assert_eq!(t.outcome, Outcome::Fits);
+    // One profiled step, after an unmeasured warm-up step.
+    assert_eq!(t.steps.len(), 1, "the explain trial profiles one step: {:?}", t.steps);
     let (step, b) = t.peak_breakdown_step().expect("the command's peak is broken down");
     assert_eq!(step.peak_allocated_bytes, t.peak_allocated_bytes().unwrap(), "the trial's peak step");
     sums_to_the_peak(step);

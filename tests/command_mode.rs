@@ -33,13 +33,17 @@ fn sweep(out: &Path, options: &[&str], command: &[String]) -> (Vec<SweepRow>, Pl
 }
 
 /// [`sweep`], and the trial lines it printed on stderr (unless `--quiet`).
+/// The whole job is not rehearsed unless `options` say `--rehearsal`
+/// (tests/whole_job.rs tests the rehearsal; here it would only add a trial).
 fn sweep_with_lines(out: &Path, options: &[&str], command: &[String]) -> (Vec<SweepRow>, PlanRow, String) {
+    let rehearsal: &[&str] = if options.contains(&"--rehearsal") { &[] } else { &["--rehearsal", "off"] };
     let run = vramprobe()
         // A user's shell: Python buffers the script's prints (the test machine sets this).
         .env_remove("PYTHONUNBUFFERED")
         .args(["sweep", "--device", "cpu", "--out"])
         .arg(out)
         .args(options)
+        .args(rehearsal)
         .arg("--")
         .args(command)
         .output()
@@ -54,13 +58,24 @@ fn a_plain_script_peaks_as_the_built_in_model_does() {
     let Some(python) = python("a_plain_script_peaks_as_the_built_in_model_does") else { return };
     let dir = tempfile::tempdir().unwrap();
     let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "8,16"], &example(&python));
-    assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{trials:?}");
+    assert!(trials.iter().all(|t| t.outcome == Outcome::Fits), "{trials:?}");
+    // The search's trials ran every step; the explain trial (the max again) its one profiled step.
+    let steps: Vec<(u64, u32)> = trials.iter().map(|t| (t.batch, t.steps_completed)).collect();
+    assert_eq!(steps, [(8, 3), (16, 3), (16, 1)]);
     assert!(plan.model.contains("train_resnet18.py --batch-size {batch}"), "the plan names the command: {plan:?}");
+    // --rehearsal off: no rehearsal trial, and the summary says the whole job was not rehearsed.
+    let report = std::fs::read_to_string(dir.path().join("run/report.json")).unwrap();
+    assert!(report.contains("batch 16's whole job was not rehearsed (--rehearsal off)"), "{report}");
+    let folders: Vec<String> = std::fs::read_dir(dir.path().join("run/trials"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(folders.iter().all(|f| !f.starts_with("901")), "{folders:?}");
     // The same training step (torchvision's resnet18, SGD with momentum) as
     // vramprobe's own op-for-op resnet18, measured on this machine.
     let built_in =
         ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd", "--device", "cpu"];
-    for t in &trials {
+    for t in &trials[..2] {
         let theirs = t.peak_allocated_bytes.unwrap() as f64;
         let ours = common::trial_peak_at(&built_in, t.batch) as f64;
         assert!((theirs / ours - 1.0).abs() < 0.001, "batch {}: script {theirs}, built-in {ours}", t.batch);
@@ -334,9 +349,10 @@ fn an_autocast_loop_with_a_grad_scaler_is_measured_step_by_step() {
     let dir = tempfile::tempdir().unwrap();
     // GradScaler.step calls optimizer.step: the hook counts it. bf16 autocast
     // keeps activations in half the bytes, so per sample it holds less.
-    let (_, plain) = sweep(&dir.path().join("fp32"), &["--batches", "4,8"], &example(&python));
+    let options = ["--batches", "4,8", "--breakdown", "off"];
+    let (_, plain) = sweep(&dir.path().join("fp32"), &options, &example(&python));
     let command = [example(&python), vec!["--amp".into(), "bf16".into()]].concat();
-    let (trials, amp) = sweep(&dir.path().join("amp"), &["--batches", "4,8"], &command);
+    let (trials, amp) = sweep(&dir.path().join("amp"), &options, &command);
     assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{trials:?}");
     assert!(amp.per_sample_bytes.unwrap() < plain.per_sample_bytes.unwrap(), "{amp:?} {plain:?}");
 }
@@ -492,7 +508,7 @@ fn a_loop_without_torch_optim_marks_its_steps_by_hand() {
                       del x\n    \
                       vramprobe_hook.step()\n";
     let command = [python, "-c".into(), format!("{script}# {{batch}}")];
-    let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "1000,2000"], &command);
+    let (trials, plan) = sweep(&dir.path().join("run"), &["--batches", "1000,2000", "--breakdown", "off"], &command);
     assert!(trials.iter().all(|t| t.outcome == Outcome::Fits && t.steps_completed == 3), "{trials:?}");
     // x is batch x 1000 f32 (deleted before the next one is made): 4000
     // bytes a sample, exactly.

@@ -82,9 +82,12 @@ fn run(args: &[&str], command: &[String], env: &[(&str, &str)]) -> Output {
     c.output().unwrap()
 }
 
+/// A sweep of `command`; its whole job is rehearsed only where `options`
+/// say `--rehearsal` (tests/whole_job.rs tests the rehearsal).
 fn sweep(out: &Path, options: &[&str], command: &[String], env: &[(&str, &str)]) -> (Vec<SweepRow>, PlanRow) {
     let out_arg = out.to_string_lossy().into_owned();
-    let args = [&["sweep", "--device", "cpu", "--quiet", "--out", &out_arg][..], options].concat();
+    let rehearsal: &[&str] = if options.contains(&"--rehearsal") { &[] } else { &["--rehearsal", "off"] };
+    let args = [&["sweep", "--device", "cpu", "--quiet", "--out", &out_arg][..], options, rehearsal].concat();
     let done = run(&args, command, env);
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     (read_csv(&out.join("sweep.csv")), read_csv::<PlanRow>(&out.join("plan.csv")).remove(0))
@@ -96,7 +99,8 @@ fn every_rank_is_measured_and_the_fullest_sets_the_trials_peak() {
     let Some(torchrun) = torchrun(test) else { return };
     let _one = one_job();
     let dir = tempfile::tempdir().unwrap();
-    let (trials, plan) = sweep(&dir.path().join("even"), &["--batches", "4,8"], &job(&torchrun, "2", DDP, &[]), &[]);
+    let options = ["--batches", "4,8", "--breakdown", "off"];
+    let (trials, plan) = sweep(&dir.path().join("even"), &options, &job(&torchrun, "2", DDP, &[]), &[]);
     let even: Vec<StepRecord> = read_csv(&dir.path().join("even/steps.csv"));
     let steps = &even;
     for t in &trials {
@@ -116,7 +120,7 @@ fn every_rank_is_measured_and_the_fullest_sets_the_trials_peak() {
     let hold = format!("1:hold:{extra}");
     let (uneven, _) = sweep(
         &dir.path().join("uneven"),
-        &["--batches", "4"],
+        &["--batches", "4", "--breakdown", "off"],
         &job(&torchrun, "2", UNEVEN, &[]),
         &[("UNEVEN_RANK", &hold)],
     );
@@ -145,7 +149,8 @@ fn the_search_over_a_ddp_command_equals_an_exhaustive_scan() {
     let (_, scan) =
         sweep(&dir.path().join("scan"), &["--capacity", &capacity, "--batches", &every.join(",")], &command, &[]);
     assert!(scan.exact && (3..=9).contains(&scan.max_batch), "scan: {scan:?}");
-    let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity], &command, &[]);
+    // As a user runs it: the max rehearsed over the whole job, on every rank.
+    let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity, "--rehearsal", "on"], &command, &[]);
     assert_eq!(
         (search.max_batch, search.exact, search.strategy.unwrap().to_string().as_str()),
         (scan.max_batch, true, "vramprobe")
@@ -282,7 +287,7 @@ fn two_nodes_on_one_host_join_and_every_rank_of_both_is_measured() {
     let Some(torchrun) = torchrun("two_nodes_on_one_host_join_and_every_rank_of_both_is_measured") else { return };
     let _one = one_job();
     let dir = tempfile::tempdir().unwrap();
-    let options = [&TWO_NODES[..], &["--batches", "2,4"]].concat();
+    let options = [&TWO_NODES[..], &["--batches", "2,4", "--breakdown", "off"]].concat();
     let (trials, plan) = sweep(&dir.path().join("nodes"), &options, &job(&torchrun, "1", DDP, &[]), &[]);
     let steps: Vec<StepRecord> = read_csv(&dir.path().join("nodes/steps.csv"));
     for t in &trials {

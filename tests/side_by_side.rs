@@ -17,11 +17,15 @@ mod common;
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_resnet18.py");
 const DDP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ddp_train.py");
 
-/// A sweep into `out`, `--parallel` as given; its report.
+/// A sweep into `out`, `--parallel` as given; its report. A command's
+/// whole job is not rehearsed (tests/whole_job.rs tests that).
 fn sweep(out: &Path, parallel: &str, options: &[&str], command: &[String]) -> RunRecord {
     let mut c = vramprobe();
     c.args(["sweep", "--device", "cpu", "--quiet", "--parallel", parallel, "--out"]).arg(out).args(options);
     if !command.is_empty() {
+        if !options.contains(&"--rehearsal") {
+            c.args(["--rehearsal", "off"]);
+        }
         c.arg("--").args(command);
     }
     let run = c.output().unwrap();
@@ -76,7 +80,7 @@ fn a_built_in_models_trials_side_by_side_measure_as_one_at_a_time() {
 
 /// The example command's line through batches 4 and 8, and a capacity whose max is 12.
 fn command_capacity(dir: &Path, command: &[String]) -> String {
-    let line = sweep(&dir.join("line"), "1", &["--batches", "4,8"], command);
+    let line = sweep(&dir.join("line"), "1", &["--batches", "4,8", "--breakdown", "off"], command);
     let points: Vec<(u64, u64)> = line.trials.iter().map(|t| (t.batch, t.peak_allocated_bytes().unwrap())).collect();
     LinearFit::fit(&points).unwrap().capacity_for_max(12, DEFAULT_MARGIN).to_string()
 }
@@ -129,7 +133,7 @@ fn scheduled_as_here(
     let command: Vec<String> =
         [python, EXAMPLE, "--batch-size", "{batch}", "--image-size", "64"].map(String::from).into();
     let dir = tempfile::tempdir().unwrap();
-    let options = ["--batches", "2,4,8", "--breakdown", "off", "--fresh-process"];
+    let options = ["--batches", "2,4,8", "--breakdown", "off", "--rehearsal", "off", "--fresh-process"];
     let one = sweep(&dir.path().join("here"), "1", &options, &command);
     let out = dir.path().join(launcher);
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_vramprobe"));

@@ -219,6 +219,11 @@ pub struct SweepArgs {
     /// short); the rehearsal stops at its next batch or training step after this long.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub rehearsal_time: u64,
+    /// Rehearse a command's max over its whole job. `off` gives the
+    /// training step's max alone, and says that the whole job was not
+    /// rehearsed (`vramprobe check` it before a long run).
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "on", num_args = 0..=1, default_missing_value = "on")]
+    pub rehearsal: OnOff,
     /// Output folder [default: a new folder runs/<time>-<model>]. An existing
     /// folder that holds files is refused unless --force.
     #[arg(long)]

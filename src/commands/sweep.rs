@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 
 use crate::analyze::run::{Layout, RunRecord};
-use crate::commands::cli::SweepArgs;
+use crate::commands::cli::{OnOff, SweepArgs};
 use crate::measure::environment;
 use crate::report::outlet::{partial_note, Folders};
 use crate::report::{self, no_fit, output, table, timings};
@@ -43,7 +43,7 @@ fn request(args: &SweepArgs) -> Result<SweepRequest> {
             multiple_of: args.multiple_of,
             parallel: args.parallel,
             breakdown: !args.no_breakdown && args.breakdown.breakdown_on(),
-            rehearsal_seconds: args.rehearsal_time as f64,
+            rehearsal_seconds: (args.rehearsal == OnOff::On).then_some(args.rehearsal_time as f64),
             command_line: std::env::args().collect(),
         },
     })

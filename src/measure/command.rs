@@ -171,6 +171,11 @@ impl crate::measure::runner::TrialRunner for CommandRunner {
         self.run_spec(trial, spec, on_step)
     }
 
+    fn explain(&mut self, trial: u32, batch: u64, on_step: &mut dyn FnMut(&StepRecord)) -> anyhow::Result<TrialResult> {
+        let spec = TrialSpec { breakdown: true, steps: 1, ..self.spec(batch) };
+        self.run_spec(trial, spec, on_step)
+    }
+
     fn rehearse(&mut self, trial: u32, batch: u64, rehearsal: RehearsalSpec) -> anyhow::Result<Option<TrialResult>> {
         let spec = TrialSpec { rehearsal: Some(rehearsal), ..self.spec(batch) };
         self.run_spec(trial, spec, &mut |_| {}).map(Some)

@@ -60,20 +60,6 @@ pub struct Span {
 }
 
 impl Span {
-    /// The span of a trial of `kind` that ended `end_seconds` into the sweep
-    /// (its process's wall time before that: a wait for the imports it
-    /// forks from is the imports' span, not the trial's).
-    pub fn of_trial(kind: SpanKind, trial: &crate::record::trial::TrialResult, end_seconds: f64) -> Span {
-        Span {
-            kind,
-            trial: Some(trial.trial),
-            batch: Some(trial.batch),
-            start_seconds: (end_seconds - trial.wall_seconds).max(0.0),
-            seconds: trial.wall_seconds,
-            times: trial.times,
-        }
-    }
-
     /// A trial's finish: after its last step, until its process ended.
     pub fn finish_seconds(&self) -> Option<f64> {
         self.times.map(|t| (self.seconds - t.setup_seconds - t.steps_seconds).max(0.0))

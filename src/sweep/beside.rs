@@ -9,7 +9,7 @@ use anyhow::{anyhow, Result};
 use crate::analyze::note::Note;
 use crate::analyze::search::side_by_side;
 use crate::analyze::search::{SearchResult, Strategy};
-use crate::record::timings::{Span, SpanKind};
+use crate::record::timings::SpanKind;
 use crate::record::trial::TrialResult;
 
 use super::Sweep;
@@ -57,7 +57,7 @@ impl Sweep<'_> {
         });
         for result in results {
             let result = result?;
-            self.report.timings.push(Span::of_trial(SpanKind::Trial, &result, self.seconds()));
+            self.report.timings.push(super::trial_span(SpanKind::Trial, &result, self.seconds()));
             self.keep_trial(result)?;
         }
         self.stop_if_interrupted()?;

@@ -71,8 +71,9 @@ pub struct RunOptions {
     pub command_line: Vec<String>,
     /// Break the max batch's peak down by category (`--breakdown`).
     pub breakdown: bool,
-    /// How long a command's rehearsal of the whole job at the max may take (`--rehearsal-time`).
-    pub rehearsal_seconds: f64,
+    /// How long a command's rehearsal of the whole job at the max may take
+    /// (`--rehearsal-time`); `None`: not rehearsed (`--rehearsal off`).
+    pub rehearsal_seconds: Option<f64>,
 }
 
 /// One run: a subject on a device, with the sweep's options.
@@ -161,10 +162,15 @@ impl Sweep<'_> {
         self.stop_if_interrupted()?;
         let trial = self.report.trials.len() as u32 + 1;
         self.sink.trial_started(trial, batch);
+        // A breakdown that is not free: the explain trial.
+        let explain = breakdown && !self.breakdown_is_free();
         let sink = &mut *self.sink;
-        let result = self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?;
-        let kind = if breakdown && !self.breakdown_is_free() { SpanKind::Explain } else { SpanKind::Trial };
-        self.report.timings.push(Span::of_trial(kind, &result, self.seconds()));
+        let result = match explain {
+            true => self.runner.explain(trial, batch, &mut |s| sink.step_done(s))?,
+            false => self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?,
+        };
+        let kind = if explain { SpanKind::Explain } else { SpanKind::Trial };
+        self.report.timings.push(trial_span(kind, &result, self.seconds()));
         self.keep_trial(result)?;
         self.stop_if_interrupted()?;
         Ok(self.report.trials.last().expect("just pushed"))
@@ -390,24 +396,22 @@ impl Sweep<'_> {
         let (Some(budget), false, Subject::Command(_)) = (self.budget, self.margin_off, &self.cfg.subject) else {
             return Ok(());
         };
+        let mut batch = round_down(result.max_batch, self.cfg.options.multiple_of);
+        let Some(seconds) = self.cfg.options.rehearsal_seconds else {
+            self.not_rehearsed(batch, " (--rehearsal off)");
+            return Ok(());
+        };
         let basis = FitBasis::for_device(self.cfg.device);
         let mut first = REHEARSAL_TRIALS_FROM;
-        let mut batch = round_down(result.max_batch, self.cfg.options.multiple_of);
         let mut seen: Vec<(u64, u64)> = Vec::new();
         for _ in 0..MAX_REHEARSALS {
             self.stop_if_interrupted()?;
             if batch == 0 {
                 return Ok(());
             }
-            self.sink.rehearsing(batch);
-            let at = self.seconds();
-            let Some(r) = whole_job::rehearse(self.runner, first, batch, self.cfg.options.rehearsal_seconds)? else {
+            let Some(r) = self.rehearse(first, batch, seconds)? else {
                 return Ok(());
             };
-            // Its whole time: a rehearsal may run more than one trial.
-            let (end, seconds) = (self.seconds(), self.seconds() - at);
-            let span = Span { start_seconds: at, seconds, ..Span::of_trial(SpanKind::Rehearsal, &r.trial, end) };
-            self.report.timings.push(span);
             first += r.trials;
             let Some((peak, what)) = self.whole_job_peak(&r, budget, basis) else {
                 let why = r.trial.message.as_deref().unwrap_or("no message");
@@ -435,36 +439,38 @@ impl Sweep<'_> {
                 seen.push((batch, peak));
             }
             let lower = self.whole_job_max(batch, peak, &seen, budget, basis);
-            let text = if lower == 0 {
-                let shown: Vec<String> =
-                    seen.iter().map(|(b, p)| format!("{} at batch {b}", human_bytes(*p as f64))).collect();
-                format!(
-                    "no batch fits the whole job: its peak ({what}) does not come down with the batch enough ({}); \
-                     keep less of what the job holds across a pass (move kept outputs to the CPU, compute a \
-                     metric as the loop goes; a Hugging Face Trainer: eval_accumulation_steps)",
-                    shown.join(", ")
-                )
-            } else {
-                format!(
-                    "the whole job at batch {batch} peaks at {} ({what}), over the budget: the max comes down to {lower}",
-                    human_bytes(peak as f64)
-                )
-            };
-            self.report.notes.push(if lower == 0 {
-                Note::NoBatchFitsWholeJob { text }
-            } else {
-                Note::WholeJob { text }
-            });
+            self.report.notes.push(over_budget(batch, (peak, &what), lower, &seen));
             result.max_batch = lower;
             result.exact = false;
             result.capped = false;
             batch = round_down(lower, self.cfg.options.multiple_of);
         }
+        self.not_rehearsed(batch, "");
+        Ok(())
+    }
+
+    /// The note that `batch`'s whole job was not rehearsed (`why`: how so).
+    fn not_rehearsed(&mut self, batch: u64, why: &str) {
         if batch > 0 {
-            let text = format!("batch {batch}'s whole job was not rehearsed: `vramprobe check` it before a long run");
+            let text =
+                format!("batch {batch}'s whole job was not rehearsed{why}: `vramprobe check` it before a long run");
             self.report.notes.push(Note::WholeJob { text });
         }
-        Ok(())
+    }
+
+    /// One rehearsal of the whole job at `batch` (its trials numbered from
+    /// `first`), its span in the timings.
+    fn rehearse(&mut self, first: u32, batch: u64, seconds: f64) -> Result<Option<whole_job::Rehearsed>> {
+        self.sink.rehearsing(batch);
+        let at = self.seconds();
+        let rehearsed = whole_job::rehearse(self.runner, first, batch, seconds)?;
+        if let Some(r) = &rehearsed {
+            // Its whole time: a rehearsal may run more than one trial.
+            let (end, seconds) = (self.seconds(), self.seconds() - at);
+            let span = Span { start_seconds: at, seconds, ..trial_span(SpanKind::Rehearsal, &r.trial, end) };
+            self.report.timings.push(span);
+        }
+        Ok(rehearsed)
     }
 
     /// A rehearsal's judged peak and what reached it; None when it could
@@ -544,6 +550,40 @@ impl search::Oracle for Sweep<'_> {
         }
         let trials = self.run_round(batches)?;
         Ok(trials.iter().map(|t| self.judged(t)).collect())
+    }
+}
+
+/// The note of a whole job whose peak at `batch` passed the budget: the
+/// max comes down to `lower`, or (0) no batch fits (`seen`: the peaks so far).
+fn over_budget(batch: u64, (peak, what): (u64, &str), lower: u64, seen: &[(u64, u64)]) -> Note {
+    if lower > 0 {
+        let text = format!(
+            "the whole job at batch {batch} peaks at {} ({what}), over the budget: the max comes down to {lower}",
+            human_bytes(peak as f64)
+        );
+        return Note::WholeJob { text };
+    }
+    let shown: Vec<String> = seen.iter().map(|(b, p)| format!("{} at batch {b}", human_bytes(*p as f64))).collect();
+    let text = format!(
+        "no batch fits the whole job: its peak ({what}) does not come down with the batch enough ({}); \
+         keep less of what the job holds across a pass (move kept outputs to the CPU, compute a \
+         metric as the loop goes; a Hugging Face Trainer: eval_accumulation_steps)",
+        shown.join(", ")
+    );
+    Note::NoBatchFitsWholeJob { text }
+}
+
+/// The span of a trial of `kind` that ended `end_seconds` into the sweep
+/// (its process's wall time before that: a wait for the imports it forks
+/// from is the imports' span, not the trial's).
+fn trial_span(kind: SpanKind, trial: &TrialResult, end_seconds: f64) -> Span {
+    Span {
+        kind,
+        trial: Some(trial.trial),
+        batch: Some(trial.batch),
+        start_seconds: (end_seconds - trial.wall_seconds).max(0.0),
+        seconds: trial.wall_seconds,
+        times: trial.times,
     }
 }
 

@@ -150,7 +150,7 @@ fn options(capacity: u64, multiple_of: u64) -> RunOptions {
         parallel: None,
         command_line: Vec::new(),
         breakdown: true,
-        rehearsal_seconds: 60.0,
+        rehearsal_seconds: Some(60.0),
     }
 }
 

@@ -12,10 +12,10 @@ or every rank of a distributed job), it:
   CUDA the caching allocator's counters, on the CPU the exact tensor bytes
   from the profiler's memory events);
 - for the explain trial only (the spec's "breakdown"), runs one unmeasured
-  warm-up step, then torch's full memory profile over one measured step
-  (the search has measured this batch's peaks already; the analysis of
-  the profile costs seconds per step), to break the peak down by category
-  (vramprobe_breakdown);
+  warm-up step, then torch's full memory profile over the measured steps
+  (the sweep's explain trial asks for one: the search has measured this
+  batch's peaks already, and the analysis of the profile costs seconds
+  per step), to break the peak down by category (vramprobe_breakdown);
 - for check's rehearsal of the whole job (the spec's "rehearsal"), runs
   every phase with each DataLoader cut short (vramprobe_rehearsal); for
   exec's watch (the spec's "watch"), watches the real job to its end with
@@ -77,7 +77,7 @@ def _on_torch(torch):
             _watch_cuda_ops(torch)
     if _breakdown_on():
         # The explain trial: one unmeasured warm-up step first, then the full
-        # profile over one measured step (see _start_explaining).
+        # profile over the measured steps only (see _start_explaining).
         state["warm_up"] = True
     elif not on_cuda():
         # The CPU's step peaks: memory events only (no shapes, no stacks: cheap).
@@ -230,8 +230,7 @@ def _mark(optimizer):
     _caught_oom(torch, n)
     if rehearsal is not None:
         rehearsal.after_step(n)
-    elif n >= steps() or state["detailed"]:
-        # The explain trial ends after its one profiled step.
+    elif n >= steps():
         _finish("fits", None, None)
         exit_now(0)
 

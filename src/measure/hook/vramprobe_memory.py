@@ -117,7 +117,10 @@ def profiled_steps(events, marks, optimizer_marks=()):
     markers: (start, end, the event at its peak or None, the bytes held
     when it began, its peak, when it began in ns, its (forward/backward,
     optimizer) peaks or None when no optimizer marker falls in it)."""
-    steps, held, i = [], 0, 0
+    # What the allocator held before the first event: a profile started
+    # after a warm-up step (the explain trial) begins with the model held.
+    held = events[0].extra_fields.total_allocated - events[0].extra_fields.alloc_size if events else 0
+    steps, i = [], 0
     began = events[0].start_time_ns if events else 0
     for mark in marks:
         start, peak, peak_index, at_start = i, held, None, held

@@ -102,6 +102,14 @@ pub trait TrialRunner {
         on_step: &mut dyn FnMut(&StepRecord),
     ) -> anyhow::Result<TrialResult>;
 
+    /// The sweep's explain trial: `batch` again, its peak broken down. A
+    /// command's runs one profiled step after its warm-up: the search has
+    /// measured every step of this batch already, and torch's analysis of
+    /// the profile costs seconds a step.
+    fn explain(&mut self, trial: u32, batch: u64, on_step: &mut dyn FnMut(&StepRecord)) -> anyhow::Result<TrialResult> {
+        self.run(trial, batch, true, on_step)
+    }
+
     /// How the trials started, for the report (a command's: fresh, or
     /// forked from a pre-imported interpreter); `None`: nothing to say.
     fn how_trials_start(&self) -> Option<String> {
