@@ -36,7 +36,7 @@ fn sweep(out: &Path, options: &[&str], command: &[String]) -> (Vec<SweepRow>, Pl
 /// The whole job is not rehearsed unless `options` say `--rehearsal`
 /// (tests/whole_job.rs tests the rehearsal; here it would only add a trial).
 fn sweep_with_lines(out: &Path, options: &[&str], command: &[String]) -> (Vec<SweepRow>, PlanRow, String) {
-    let rehearsal: &[&str] = if options.contains(&"--rehearsal") { &[] } else { &["--rehearsal", "off"] };
+    let rehearsal = common::rehearsal_unless_asked(options);
     let run = vramprobe()
         // A user's shell: Python buffers the script's prints (the test machine sets this).
         .env_remove("PYTHONUNBUFFERED")

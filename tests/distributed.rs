@@ -86,7 +86,7 @@ fn run(args: &[&str], command: &[String], env: &[(&str, &str)]) -> Output {
 /// say `--rehearsal` (tests/whole_job.rs tests the rehearsal).
 fn sweep(out: &Path, options: &[&str], command: &[String], env: &[(&str, &str)]) -> (Vec<SweepRow>, PlanRow) {
     let out_arg = out.to_string_lossy().into_owned();
-    let rehearsal: &[&str] = if options.contains(&"--rehearsal") { &[] } else { &["--rehearsal", "off"] };
+    let rehearsal = common::rehearsal_unless_asked(options);
     let args = [&["sweep", "--device", "cpu", "--quiet", "--out", &out_arg][..], options, rehearsal].concat();
     let done = run(&args, command, env);
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));

@@ -23,10 +23,7 @@ fn sweep(out: &Path, parallel: &str, options: &[&str], command: &[String]) -> Ru
     let mut c = vramprobe();
     c.args(["sweep", "--device", "cpu", "--quiet", "--parallel", parallel, "--out"]).arg(out).args(options);
     if !command.is_empty() {
-        if !options.contains(&"--rehearsal") {
-            c.args(["--rehearsal", "off"]);
-        }
-        c.arg("--").args(command);
+        c.args(common::rehearsal_unless_asked(options)).arg("--").args(command);
     }
     let run = c.output().unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));

@@ -60,6 +60,11 @@ pub struct Span {
 }
 
 impl Span {
+    /// A span that is no trial's (the imports, the analysis).
+    pub fn of(kind: SpanKind, start_seconds: f64, seconds: f64) -> Span {
+        Span { kind, trial: None, batch: None, start_seconds, seconds, times: None }
+    }
+
     /// A trial's finish: after its last step, until its process ended.
     pub fn finish_seconds(&self) -> Option<f64> {
         self.times.map(|t| (self.seconds - t.setup_seconds - t.steps_seconds).max(0.0))

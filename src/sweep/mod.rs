@@ -165,9 +165,10 @@ impl Sweep<'_> {
         // A breakdown that is not free: the explain trial.
         let explain = breakdown && !self.breakdown_is_free();
         let sink = &mut *self.sink;
-        let result = match explain {
-            true => self.runner.explain(trial, batch, &mut |s| sink.step_done(s))?,
-            false => self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?,
+        let result = if explain {
+            self.runner.explain(trial, batch, &mut |s| sink.step_done(s))?
+        } else {
+            self.runner.run(trial, batch, breakdown, &mut |s| sink.step_done(s))?
         };
         let kind = if explain { SpanKind::Explain } else { SpanKind::Trial };
         self.report.timings.push(trial_span(kind, &result, self.seconds()));
@@ -466,8 +467,8 @@ impl Sweep<'_> {
         let rehearsed = whole_job::rehearse(self.runner, first, batch, seconds)?;
         if let Some(r) = &rehearsed {
             // Its whole time: a rehearsal may run more than one trial.
-            let (end, seconds) = (self.seconds(), self.seconds() - at);
-            let span = Span { start_seconds: at, seconds, ..trial_span(SpanKind::Rehearsal, &r.trial, end) };
+            let end = self.seconds();
+            let span = Span { start_seconds: at, seconds: end - at, ..trial_span(SpanKind::Rehearsal, &r.trial, end) };
             self.report.timings.push(span);
         }
         Ok(rehearsed)
@@ -640,13 +641,12 @@ impl Sweep<'_> {
     /// The analysis of every trial, the why and the timings' last spans,
     /// into the report's final files.
     fn conclude(self, result: SearchResult, ignored: bool) -> Result<RunRecord> {
-        let (cfg, at) = (self.cfg, self.seconds());
+        let (cfg, began, at) = (self.cfg, self.began, self.seconds());
         let mut report = self.report;
         report.notes.extend(self.runner.how_trials_start().map(|text| Note::TrialStart { text }));
         if let Some((started, seconds)) = self.runner.imports() {
-            let start_seconds = started.saturating_duration_since(self.began).as_secs_f64();
-            let span = Span { kind: SpanKind::Imports, trial: None, batch: None, start_seconds, seconds, times: None };
-            report.timings.insert(0, span);
+            let start_seconds = started.saturating_duration_since(began).as_secs_f64();
+            report.timings.insert(0, Span::of(SpanKind::Imports, start_seconds, seconds));
         }
         let budget = self.budget.unwrap_or_else(|| {
             report.notes.push(Note::BudgetUnknown);
@@ -670,9 +670,7 @@ impl Sweep<'_> {
         report.status = if analysis.max_batch > 0 { RunStatus::Complete } else { RunStatus::Failed };
         report.analysis = Some(analysis);
         report.why = explain(&report);
-        let seconds = self.began.elapsed().as_secs_f64() - at;
-        let span = Span { kind: SpanKind::Analysis, trial: None, batch: None, start_seconds: at, seconds, times: None };
-        report.timings.push(span);
+        report.timings.push(Span::of(SpanKind::Analysis, at, began.elapsed().as_secs_f64() - at));
         self.sink.keep(&report)?;
         Ok(report)
     }

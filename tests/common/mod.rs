@@ -57,6 +57,17 @@ pub fn capacity_for_max(workload: &[&str], (low, high): (u64, u64), target: u64,
     measured_line(workload, low, high).capacity_for_max(target, margin)
 }
 
+/// `--rehearsal off` unless `options` say `--rehearsal` themselves: a
+/// command's sweep that tests neither the whole job's rehearsal
+/// (tests/whole_job.rs does) nor its trial count would only wait for it.
+pub fn rehearsal_unless_asked(options: &[&str]) -> &'static [&'static str] {
+    if options.contains(&"--rehearsal") {
+        &[]
+    } else {
+        &["--rehearsal", "off"]
+    }
+}
+
 /// Records that `test` could not run for want of a prerequisite: said on
 /// stderr and counted as skipped, not passed, in ./scripts/test's summary.
 pub fn skip(test: &str, why: &str) {
