@@ -26,6 +26,7 @@ pub mod run;
 pub mod search;
 pub mod seqfit;
 pub mod trace_scale;
+pub mod traced_max;
 pub mod whatif;
 pub mod whole_job;
 pub mod why;

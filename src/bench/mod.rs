@@ -156,6 +156,7 @@ pub fn synthetic_rows() -> Vec<BenchRow> {
                 margin_bytes: (case.budget_bytes as f64 / (1.0 - MARGIN) * MARGIN) as u64,
                 max_batch: u64::MAX / 4,
                 tolerance: 0,
+                traced_max: None,
             };
             let setting = Setting { kind: "synthetic", machine: "", capacity_bytes: None };
             compare(&case.name, &setting, case.true_max(), &limits, |b| case.observe(b))
@@ -285,6 +286,7 @@ pub fn real_rows(
             margin_bytes: (budget.capacity_bytes as f64 * MARGIN) as u64,
             max_batch: u64::MAX / 4,
             tolerance: 0,
+            traced_max: None,
         };
         let setting = Setting { kind: "real", machine, capacity_bytes: Some(capacity) };
         rows.extend(compare(&name, &setting, true_max, &limits, |b| oracle.observe(b)));
@@ -463,6 +465,7 @@ mod replay {
                 margin_bytes: (budget.capacity_bytes as f64 * MARGIN) as u64,
                 max_batch: u64::MAX / 4,
                 tolerance: 0,
+                traced_max: None,
             };
             let mut s = search::build(StrategyKind::Vramprobe);
             let (probes, result) = search::drive(s.as_mut(), &limits, |b| {

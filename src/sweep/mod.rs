@@ -32,6 +32,7 @@ use crate::analyze::run::{RunRecord, RunStatus, REPORT_SCHEMA_VERSION};
 use crate::analyze::search::{
     self, list::ListedBatches, Observation, SearchLimits, SearchResult, Strategy, StrategyKind,
 };
+use crate::analyze::traced_max::{self, TracedTrial};
 use crate::analyze::whole_job::Worst;
 use crate::analyze::why::{self, Why};
 use crate::measure::environment;
@@ -231,7 +232,22 @@ impl Sweep<'_> {
             margin_bytes: margin,
             max_batch: self.cfg.effective_max_batch(),
             tolerance: self.cfg.options.tolerance,
+            traced_max: self.search_budget().and_then(|b| self.traced_max(b.budget_bytes)),
         }
+    }
+
+    /// Where the trials' traces put the max (see [`traced_max`]).
+    fn traced_max(&self, budget: u64) -> Option<u64> {
+        let basis = FitBasis::for_device(self.cfg.device);
+        let trials: Vec<TracedTrial> = self
+            .traces
+            .iter()
+            .filter_map(|(batch, trace)| {
+                let trial = self.report.trials.iter().rev().find(|t| t.batch == *batch)?;
+                Some(TracedTrial { batch: *batch, trace, peak_bytes: basis.peak(trial)? })
+            })
+            .collect();
+        traced_max::traced_max(&trials, budget, self.cfg.effective_max_batch())
     }
 
     /// How a trial the search asked for went: as the budget judges it, or

@@ -89,6 +89,8 @@ fn tolerance(limits: &SearchLimits) -> f64 {
 const FIRST_PROBES: [u64; 2] = [4, 32];
 /// Guided probes before the search stops trusting the fit.
 const MAX_GUIDED: u32 = 6;
+/// Misses after which the traces no longer place probes.
+const MAX_TRACED_MISSES: u32 = 2;
 /// Below this r² the line is not trusted to place probes.
 const MIN_R2: f64 = 0.99;
 
@@ -103,6 +105,10 @@ pub struct FitGuided {
     last_width: Option<u64>,
     /// Bracketed probes in a row that did not halve the bracket.
     stalls: u32,
+    /// The last batch aimed at from the traces, and the max they put.
+    last_traced: Option<(u64, u64)>,
+    /// Batches aimed at from the traces whose outcome the traces got wrong.
+    traced_misses: u32,
 }
 
 impl FitGuided {
@@ -140,6 +146,26 @@ impl FitGuided {
             )),
             _ => None,
         }
+    }
+
+    /// The next batch as the trials' traces place it (see
+    /// [`SearchLimits::traced_max`]): their max, within the bracket (the
+    /// batch past the largest that fits when they put the max there). Given up after the
+    /// traces have misjudged [`MAX_TRACED_MISSES`] batches. The line's
+    /// check of its own prediction does not apply to these batches.
+    fn traced(&mut self, probes: &[Probe], limits: &SearchLimits, (lower, upper): (u64, u64)) -> Option<u64> {
+        if let (Some((batch, max)), Some(last)) = (self.last_traced, probes.last()) {
+            if last.batch == batch && last.observation.fits() != (batch <= max) {
+                self.traced_misses += 1;
+            }
+        }
+        self.last_traced = None;
+        let max = limits.traced_max.filter(|_| self.fallback.is_none() && self.traced_misses < MAX_TRACED_MISSES)?;
+        let batch = max.clamp(lower, upper);
+        self.guided += 1;
+        self.last_prediction = None;
+        self.last_traced = Some((batch, max));
+        Some(batch)
     }
 
     fn bisect(&self, lo: Option<u64>, hi: Option<u64>, upper: u64) -> u64 {
@@ -187,6 +213,9 @@ impl Strategy for FitGuided {
             _ => {}
         }
 
+        if let Some(batch) = self.traced(probes, limits, (lower, upper)) {
+            return Step::Run(batch);
+        }
         if self.fallback.is_none() {
             if let Some(why) = self.contradiction(probes, limits) {
                 self.fallback = Some(why);

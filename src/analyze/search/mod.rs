@@ -155,6 +155,10 @@ pub struct SearchLimits {
     pub max_batch: u64,
     /// Stop once the answer is within this many batches of the true max.
     pub tolerance: u64,
+    /// The largest batch within the budget as the trials' own step traces
+    /// put it ([`crate::analyze::traced_max`]), once two have them (CPU
+    /// trials); `None` otherwise. It moves as trials nearer the max arrive.
+    pub traced_max: Option<u64>,
 }
 
 /// A strategy ready to run.

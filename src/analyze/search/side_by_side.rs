@@ -132,6 +132,7 @@ mod tests {
                     margin_bytes: case.budget_bytes / 9,
                     max_batch: 1 << 20,
                     tolerance: 0,
+                    traced_max: None,
                 };
                 let mut alone = Fixed { limits: &limits, probe: |b| case.observe(b) };
                 let Ok((one, result, r1)) = run(build(kind).as_mut(), &mut alone, 1);
@@ -158,7 +159,8 @@ mod tests {
         assert_eq!(predicted_peak(&[], 8), None);
         assert_eq!(predicted_peak(&[fit(2, 300)], 8), Some(1200));
         assert_eq!(predicted_peak(&[fit(1, 110), fit(3, 130)], 10), Some(200));
-        let limits = SearchLimits { budget_bytes: 150, margin_bytes: 0, max_batch: 100, tolerance: 0 };
+        let limits =
+            SearchLimits { budget_bytes: 150, margin_bytes: 0, max_batch: 100, tolerance: 0, traced_max: None };
         // Over the budget on the line: too big is the likelier outcome.
         assert!(!outcomes(&[fit(1, 110), fit(3, 130)], 10, &limits)[0].fits());
         assert!(outcomes(&[fit(1, 110), fit(3, 130)], 4, &limits)[0].fits());

@@ -10,6 +10,7 @@ fn limits(case: &SyntheticCase) -> SearchLimits {
         margin_bytes: case.budget_bytes / 9,
         max_batch: u64::MAX / 4,
         tolerance: 0,
+        traced_max: None,
     }
 }
 
@@ -52,6 +53,30 @@ fn exact_lines_take_four_trials() {
         let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
         assert_eq!(batches, vec![4, 32, max, max + 1], "linear-{max}");
         assert!(result.exact && !result.fell_back);
+    }
+}
+
+#[test]
+fn traces_that_know_the_max_take_four_trials_on_every_curve() {
+    for case in suite().into_iter().filter(|c| c.true_max() > 32) {
+        let traced = SearchLimits { traced_max: Some(case.true_max()), ..limits(&case) };
+        let (probes, result) = run(StrategyKind::Vramprobe, &case, traced);
+        let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
+        assert_eq!(batches, vec![4, 32, case.true_max(), case.true_max() + 1], "{}", case.name);
+        assert!(result.exact && !result.fell_back, "{}", case.name);
+    }
+}
+
+#[test]
+fn traces_that_misjudge_the_max_cost_trials_never_the_answer() {
+    for case in suite() {
+        let max = case.true_max();
+        for wrong in [max * 2 + 7, max / 2, 1] {
+            let traced = SearchLimits { traced_max: Some(wrong), ..limits(&case) };
+            let (probes, result) = run(StrategyKind::Vramprobe, &case, traced);
+            assert_eq!(result.max_batch, max, "{} traced {wrong}: {probes:?}", case.name);
+            assert!(result.exact, "{} traced {wrong}", case.name);
+        }
     }
 }
 
@@ -215,8 +240,13 @@ fn an_oom_past_a_flat_start_splits_the_bracket_instead_of_crawling() {
         _ => Observation::TooBig { peak_bytes: None, phases: None },
     };
     let true_max = (1..).take_while(|&b| peak(b) <= budget).last().unwrap();
-    let limits =
-        SearchLimits { budget_bytes: budget, margin_bytes: capacity / 10, max_batch: u64::MAX / 4, tolerance: 0 };
+    let limits = SearchLimits {
+        budget_bytes: budget,
+        margin_bytes: capacity / 10,
+        max_batch: u64::MAX / 4,
+        tolerance: 0,
+        traced_max: None,
+    };
     let mut strategy = build(StrategyKind::Vramprobe);
     let (probes, result) = drive(strategy.as_mut(), &limits, observe);
     let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
@@ -287,7 +317,8 @@ fn a_bent_backward_line_is_re_predicted_from_the_points_nearest_the_boundary() {
         }
     };
     let truth = (1..).take_while(|&b| bent(b).fits()).last().unwrap();
-    let limits = SearchLimits { budget_bytes: budget, margin_bytes: 0, max_batch: u64::MAX / 4, tolerance: 0 };
+    let limits =
+        SearchLimits { budget_bytes: budget, margin_bytes: 0, max_batch: u64::MAX / 4, tolerance: 0, traced_max: None };
     let mut s = build(StrategyKind::Vramprobe);
     let (probes, result) = drive(s.as_mut(), &limits, bent);
     assert_eq!(result.max_batch, truth, "{probes:?}");
@@ -313,7 +344,13 @@ fn an_oom_past_two_bent_lines_re_aims_below_the_budget_for_a_reading() {
         }
     };
     let truth = (1..).take_while(|&b| observe(b).fits()).last().unwrap();
-    let limits = SearchLimits { budget_bytes: capacity, margin_bytes: 0, max_batch: u64::MAX / 4, tolerance: 0 };
+    let limits = SearchLimits {
+        budget_bytes: capacity,
+        margin_bytes: 0,
+        max_batch: u64::MAX / 4,
+        tolerance: 0,
+        traced_max: None,
+    };
     let mut s = build(StrategyKind::Vramprobe);
     let (probes, result) = drive(s.as_mut(), &limits, observe);
     let batches: Vec<u64> = probes.iter().map(|p| p.batch).collect();
