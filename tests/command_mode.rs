@@ -248,12 +248,13 @@ fn the_search_over_a_command_equals_an_exhaustive_scan() {
     // value per channel), which is the script's own error, tested below.
     let command = [example(&python), vec!["--image-size".into(), "64".into()]].concat();
     // The command's own memory line on this machine, and a capacity from it.
-    let (trials, _) = sweep(&dir.path().join("line"), &["--batches", "4,8"], &command);
+    // No breakdown (tests/breakdown.rs tests it; here it would only add a trial).
+    let (trials, _) = sweep(&dir.path().join("line"), &["--batches", "4,8", "--breakdown", "off"], &command);
     let points: Vec<(u64, u64)> = trials.iter().map(|t| (t.batch, t.peak_allocated_bytes.unwrap())).collect();
     let capacity = LinearFit::fit(&points).unwrap().capacity_for_max(12, DEFAULT_MARGIN).to_string();
     let every: Vec<String> = (1..=30).map(|b| b.to_string()).collect();
-    let (scanned, scan, lines) =
-        sweep_with_lines(&dir.path().join("scan"), &["--capacity", &capacity, "--batches", &every.join(",")], &command);
+    let scan_options = ["--capacity", &capacity, "--batches", &every.join(","), "--breakdown", "off"];
+    let (scanned, scan, lines) = sweep_with_lines(&dir.path().join("scan"), &scan_options, &command);
     assert!(scan.exact && (6..=24).contains(&scan.max_batch), "scan: {scan:?}");
     // On the CPU a command runs unbounded and its capacity is judged after
     // the run: the first batch past the max ran its steps, and its trial line
@@ -264,7 +265,7 @@ fn the_search_over_a_command_equals_an_exhaustive_scan() {
         past.outcome == Outcome::Fits && (line.contains("over the margin") || line.contains("over capacity")),
         "{past:?}\n{lines}"
     );
-    let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity], &command);
+    let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity, "--breakdown", "off"], &command);
     assert_eq!(
         (search.max_batch, search.exact, search.strategy.unwrap().to_string().as_str()),
         (scan.max_batch, true, "vramprobe")

@@ -142,12 +142,12 @@ fn the_search_over_a_ddp_command_equals_an_exhaustive_scan() {
     let dir = tempfile::tempdir().unwrap();
     let command = job(&torchrun, "2", DDP, &["--image-size", "64"]);
     // The job's own per-rank line on this machine, and a capacity from it.
-    let (trials, _) = sweep(&dir.path().join("line"), &["--batches", "4,8"], &command, &[]);
+    let (trials, _) = sweep(&dir.path().join("line"), &["--batches", "4,8", "--breakdown", "off"], &command, &[]);
     let points: Vec<(u64, u64)> = trials.iter().map(|t| (t.batch, t.peak_allocated_bytes.unwrap())).collect();
     let capacity = LinearFit::fit(&points).unwrap().capacity_for_max(6, DEFAULT_MARGIN).to_string();
     let every: Vec<String> = (2..=10).map(|b| b.to_string()).collect();
-    let (_, scan) =
-        sweep(&dir.path().join("scan"), &["--capacity", &capacity, "--batches", &every.join(",")], &command, &[]);
+    let scan_options = ["--capacity", &capacity, "--batches", &every.join(","), "--breakdown", "off"];
+    let (_, scan) = sweep(&dir.path().join("scan"), &scan_options, &command, &[]);
     assert!(scan.exact && (3..=9).contains(&scan.max_batch), "scan: {scan:?}");
     // As a user runs it: the max rehearsed over the whole job, on every rank.
     let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity, "--rehearsal", "on"], &command, &[]);
@@ -238,7 +238,11 @@ fn world_sizes_fit_the_fixed_part_and_predict_larger_jobs() {
     let command = job(&torchrun, "{nproc}", DDP, &[]);
     let out_arg = out.to_string_lossy().into_owned();
     let done = run(
-        &["sweep", "--device", "cpu", "--quiet", "--out", &out_arg, "--batches", "4,8", "--world-sizes", "1,2"],
+        &[
+            &["sweep", "--device", "cpu", "--quiet", "--out", &out_arg, "--batches", "4,8", "--world-sizes", "1,2"][..],
+            &["--rehearsal", "off", "--breakdown", "off"],
+        ]
+        .concat(),
         &command,
         &[],
     );
@@ -287,7 +291,7 @@ fn two_nodes_on_one_host_join_and_every_rank_of_both_is_measured() {
     let Some(torchrun) = torchrun("two_nodes_on_one_host_join_and_every_rank_of_both_is_measured") else { return };
     let _one = one_job();
     let dir = tempfile::tempdir().unwrap();
-    let options = [&TWO_NODES[..], &["--batches", "2,4", "--breakdown", "off"]].concat();
+    let options = [&TWO_NODES[..], &["--batches", "2", "--breakdown", "off"]].concat();
     let (trials, plan) = sweep(&dir.path().join("nodes"), &options, &job(&torchrun, "1", DDP, &[]), &[]);
     let steps: Vec<StepRecord> = read_csv(&dir.path().join("nodes/steps.csv"));
     for t in &trials {
@@ -370,7 +374,11 @@ fn two_nodes_through_srun_inside_a_slurm_allocation() {
             "--launcher",
             "slurm",
             "--batches",
-            "2,4",
+            "2",
+            "--rehearsal",
+            "off",
+            "--breakdown",
+            "off",
             "--out",
         ])
         .arg(&out)
@@ -394,7 +402,8 @@ fn two_nodes_over_ssh_join_and_every_rank_is_measured() {
     let dir = tempfile::tempdir().unwrap();
     // The real ssh, with the local sshd's client config (port, key, known hosts).
     let path = format!("{sshd}/bin:{}", std::env::var("PATH").unwrap_or_default());
-    let options = ["--nodes", "2", "--launcher", "ssh", "--hosts", "127.0.0.1,localhost", "--batches", "2,4"];
+    let options =
+        ["--nodes", "2", "--launcher", "ssh", "--hosts", "127.0.0.1,localhost", "--batches", "2", "--breakdown", "off"];
     let (trials, _) = sweep(&dir.path().join("ssh"), &options, &job(&torchrun, "1", DDP, &[]), &[("PATH", &path)]);
     assert!(trials.iter().all(|t| t.outcome.name() == "fits" && t.world_size == Some(2)), "{trials:?}");
     let steps: Vec<StepRecord> = read_csv(&dir.path().join("ssh/steps.csv"));

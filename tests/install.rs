@@ -105,6 +105,8 @@ fn the_wheel_installs_a_vramprobe_without_libtorch_that_sweeps_and_checks_a_comm
         "4,8",
         "--breakdown",
         "off",
+        "--rehearsal",
+        "off",
         "--out",
         &out_arg,
         "--",
