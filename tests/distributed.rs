@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{vramprobe, DEFAULT_MARGIN};
-use vramprobe::analyze::fit::LinearFit;
+use vramprobe::analyze::fit::Budget;
 use vramprobe::record::trial::StepRecord;
 use vramprobe::report::csv::{PlanRow, SweepRow};
 
@@ -141,19 +141,21 @@ fn the_search_over_a_ddp_command_equals_an_exhaustive_scan() {
     let _one = one_job();
     let dir = tempfile::tempdir().unwrap();
     let command = job(&torchrun, "2", DDP, &["--image-size", "64"]);
-    // The job's own per-rank line on this machine, and a capacity from it.
-    let (trials, _) = sweep(&dir.path().join("line"), &["--batches", "4,8", "--breakdown", "off"], &command, &[]);
-    let points: Vec<(u64, u64)> = trials.iter().map(|t| (t.batch, t.peak_allocated_bytes.unwrap())).collect();
-    let capacity = LinearFit::fit(&points).unwrap().capacity_for_max(6, DEFAULT_MARGIN).to_string();
-    let every: Vec<String> = (2..=10).map(|b| b.to_string()).collect();
-    let scan_options = ["--capacity", &capacity, "--batches", &every.join(","), "--breakdown", "off"];
-    let (_, scan) = sweep(&dir.path().join("scan"), &scan_options, &command, &[]);
-    assert!(scan.exact && (3..=9).contains(&scan.max_batch), "scan: {scan:?}");
+    // Exhaustive from batch 4 (the search's first probe) to 8, unconstrained,
+    // each trial's peak the fuller rank's on this machine.
+    let every: Vec<String> = (4..=8).map(|b| b.to_string()).collect();
+    let scan_options = ["--batches", &every.join(","), "--breakdown", "off"];
+    let (scanned, _) = sweep(&dir.path().join("scan"), &scan_options, &command, &[]);
+    let peak = |b: u64| scanned.iter().find(|t| t.batch == b).and_then(|t| t.peak_allocated_bytes).unwrap();
+    assert!((5..=8).all(|b| peak(b) > peak(b - 1)), "peaks grow with the batch: {scanned:?}");
+    // A budget midway between batch 6's peak and 7's: the scan's max is 6.
+    let capacity = Budget::capacity_for((peak(6) + peak(7)) / 2, DEFAULT_MARGIN).to_string();
+    let scan_max = 6;
     // As a user runs it: the max rehearsed over the whole job, on every rank.
     let (_, search) = sweep(&dir.path().join("search"), &["--capacity", &capacity, "--rehearsal", "on"], &command, &[]);
     assert_eq!(
         (search.max_batch, search.exact, search.strategy.unwrap().to_string().as_str()),
-        (scan.max_batch, true, "vramprobe")
+        (scan_max, true, "vramprobe")
     );
     assert_eq!(search.global_batch, Some(search.recommended_batch * 2));
 }
