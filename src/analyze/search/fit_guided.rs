@@ -150,9 +150,10 @@ impl FitGuided {
 
     /// The next batch as the trials' traces place it (see
     /// [`SearchLimits::traced_max`]): their max, within the bracket (the
-    /// batch past the largest that fits when they put the max there). Given up after the
-    /// traces have misjudged [`MAX_TRACED_MISSES`] batches. The line's
-    /// check of its own prediction does not apply to these batches.
+    /// batch past the largest that fits when they put the max there).
+    /// Given up once the traces have misjudged [`MAX_TRACED_MISSES`]
+    /// batches. The line's check of its own prediction does not apply to
+    /// these batches.
     fn traced(&mut self, probes: &[Probe], limits: &SearchLimits, (lower, upper): (u64, u64)) -> Option<u64> {
         if let (Some((batch, max)), Some(last)) = (self.last_traced, probes.last()) {
             if last.batch == batch && last.observation.fits() != (batch <= max) {
