@@ -3,7 +3,7 @@
 //! crate without its `builtin` feature, so with no libtorch at build or run
 //! time, installed with pip into a fresh venv that sees the cached torch
 //! (as a user's own environment has its torch), sweeps and checks a
-//! command through the installed `vramprobe`; `cargo install --path .`
+//! command through the installed `vramprobe`; `cargo install --locked --path .`
 //! builds the same binary without libtorch.
 //!
 //! Needs maturin (./scripts/test installs it into the cache and names it in
@@ -138,13 +138,15 @@ fn the_wheel_installs_a_vramprobe_without_libtorch_that_sweeps_and_checks_a_comm
     assert_eq!(check.status.code(), Some(0), "{}", text(&check));
     assert!(String::from_utf8_lossy(&check.stdout).starts_with("FITS: "), "{}", text(&check));
 
-    // `cargo install --path .` builds the same command-mode binary with no
-    // libtorch in sight (the wheel's build folder, so nothing compiles twice).
+    // `cargo install --locked --path .` builds the same command-mode binary
+    // with no libtorch in sight. In the wheel's build folder with the same
+    // Cargo.lock it reuses maturin's build (without --locked, cargo install
+    // resolves its own versions and compiled the crate again: 39 s here).
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = dir.path().join("cargo-root");
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| Path::new(ROOT).join("target"), PathBuf::from);
     let cargo_install = run(Command::new(cargo)
-        .args(["install", "--quiet", "--path", ROOT, "--root"])
+        .args(["install", "--locked", "--quiet", "--path", ROOT, "--root"])
         .arg(&root)
         .arg("--target-dir")
         .arg(target.join("wheel"))

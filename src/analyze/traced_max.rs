@@ -19,14 +19,7 @@ pub struct TracedTrial<'a> {
 /// The step's peak on the CPU: what was live when it began plus the most
 /// its allocations and frees add to it.
 pub fn replayed_peak(trace: &StepTrace) -> u64 {
-    let start: u64 = trace.live.iter().map(|l| l.1).sum();
-    let mut held = start as i64;
-    let mut peak = held;
-    for event in &trace.events {
-        held += event.1;
-        peak = peak.max(held);
-    }
-    peak.max(0) as u64
+    OpRuns::of(trace).peak().max(0) as u64
 }
 
 /// The two trials whose traces are scaled: those nearest the budget's
@@ -75,6 +68,17 @@ impl OpRuns {
         OpRuns { start: trace.live.iter().map(|l| l.1 as i64).sum(), runs }
     }
 
+    /// The replayed peak: each run's own high on top of what the runs
+    /// before it left (a run's high is never below its start).
+    fn peak(&self) -> i64 {
+        let (mut held, mut peak) = (self.start, self.start);
+        for &(_, net, high) in &self.runs {
+            peak = peak.max(held + high);
+            held += net;
+        }
+        peak
+    }
+
     fn same_ops(&self, other: &OpRuns) -> bool {
         self.runs.len() == other.runs.len() && self.runs.iter().zip(&other.runs).all(|(a, b)| a.0 == b.0)
     }
@@ -96,8 +100,9 @@ struct Side {
 
 impl Side {
     fn of(t: &TracedTrial) -> Side {
-        let correction = t.peak_bytes as f64 - replayed_peak(t.trace) as f64;
-        Side { batch: t.batch, ops: OpRuns::of(t.trace), correction }
+        let ops = OpRuns::of(t.trace);
+        let correction = t.peak_bytes as f64 - ops.peak().max(0) as f64;
+        Side { batch: t.batch, ops, correction }
     }
 }
 

@@ -225,14 +225,13 @@ impl Sweep<'_> {
 
     fn search_limits(&self) -> SearchLimits {
         let budget = self.search_budget();
-        let margin = budget.map_or(0, |b| (b.capacity_bytes as f64 * b.margin_fraction) as u64);
-        let budget = budget.map_or(u64::MAX, |b| b.budget_bytes);
         SearchLimits {
-            budget_bytes: budget,
-            margin_bytes: margin,
+            budget_bytes: budget.map_or(u64::MAX, |b| b.budget_bytes),
+            margin_bytes: budget.map_or(0, |b| (b.capacity_bytes as f64 * b.margin_fraction) as u64),
             max_batch: self.cfg.effective_max_batch(),
             tolerance: self.cfg.options.tolerance,
-            traced_max: self.search_budget().and_then(|b| self.traced_max(b.budget_bytes)),
+            // One pass over two traces: cheap next to the trial it aims.
+            traced_max: budget.and_then(|b| self.traced_max(b.budget_bytes)),
         }
     }
 

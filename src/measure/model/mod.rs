@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// The one line that says how to get the built-in models in a build without them.
 pub const NO_BUILTIN: &str = "this vramprobe was built without the built-in models (no libtorch): measure your own \
-     command with `vramprobe sweep -- python train.py --batch-size {batch}`, or build them in with `cargo install \
+     command with `vramprobe sweep -- python train.py --batch-size {batch}`, or build them in with `cargo install --locked \
      --path . --features builtin` (LIBTORCH set) or ./scripts/vramprobe from a clone";
 
 /// What a model reads: images (channels x height x width, float) or token
