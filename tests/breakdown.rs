@@ -15,7 +15,7 @@ use vramprobe::report::csv::BreakdownRow;
 
 use common::vramprobe;
 
-mod common;
+use crate::common;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_resnet18.py");
 const REFERENCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch_memory_profile.py");

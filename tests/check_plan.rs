@@ -7,7 +7,7 @@ use common::{capacity_for_max, vramprobe};
 use vramprobe::report::csv::PlanRow;
 use vramprobe::report::device_memory::MemoryRow;
 
-mod common;
+use crate::common;
 
 const WORKLOAD: [&str; 10] =
     ["--model", "resnet18", "--input", "3x32x32", "--classes", "10", "--optimizer", "sgd", "--device", "cpu"];

@@ -10,7 +10,7 @@ use common::{vramprobe, DEFAULT_MARGIN};
 use vramprobe::analyze::fit::LinearFit;
 use vramprobe::report::csv::{PlanRow, SweepRow};
 
-mod common;
+use crate::common;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_resnet18.py");
 

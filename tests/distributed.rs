@@ -12,7 +12,7 @@ use vramprobe::analyze::fit::Budget;
 use vramprobe::record::trial::StepRecord;
 use vramprobe::report::csv::{PlanRow, SweepRow};
 
-mod common;
+use crate::common;
 
 const DDP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ddp_train.py");
 const UNEVEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/uneven_rank.py");

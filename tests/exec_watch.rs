@@ -11,7 +11,7 @@ use std::path::Path;
 use common::vramprobe;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 const JOBS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs");
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-mod common;
+use crate::common;
 
 #[test]
 fn the_gpu_check_script_dry_runs_on_the_cpu() {

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-mod common;
+use crate::common;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-mod common;
+use crate::common;
 
 /// Runs ./scripts/parity with `args`; None (and a recorded skip) when a
 /// prerequisite is missing.

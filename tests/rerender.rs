@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use common::vramprobe;
 
-mod common;
+use crate::common;
 
 /// Every file under `dir` but the command trials' own folders (the
 /// command's output and records, which no view renders), by relative path.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::vramprobe;
 
-mod common;
+use crate::common;
 
 const PROBE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/probe_trust.py");
 

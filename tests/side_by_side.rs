@@ -12,7 +12,7 @@ use vramprobe::analyze::note::Note;
 use vramprobe::analyze::run::RunRecord;
 use vramprobe::record::trial::TrialResult;
 
-mod common;
+use crate::common;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_resnet18.py");
 const DDP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ddp_train.py");

@@ -7,7 +7,7 @@ use common::{capacity_for_max, trial, vramprobe, DEFAULT_MARGIN};
 use vramprobe::record::trial::{Message, Outcome, StepRecord};
 use vramprobe::report::csv::{PlanRow, SweepRow};
 
-mod common;
+use crate::common;
 
 fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> (Vec<String>, Vec<T>) {
     let mut r = csv::Reader::from_path(path).unwrap();

@@ -16,7 +16,7 @@ const MOBILENET_V2_PARAMETER_BYTES: u64 = 3_504_872 * 4 * 3 / 2;
 
 const HEADER: &str = "schema_version,model,input,classes,device,optimizer,recommended_batch";
 
-mod common;
+use crate::common;
 
 fn write_plan(dir: &Path, row: &str) -> std::path::PathBuf {
     let path = dir.join("plan.csv");

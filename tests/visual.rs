@@ -9,7 +9,7 @@ use std::process::Command as Process;
 use common::{capacity_for_max, vramprobe, DEFAULT_MARGIN};
 use vramprobe::report::csv::PlanRow;
 
-mod common;
+use crate::common;
 
 const FILES: [&str; 9] = [
     "steps.csv",

@@ -8,7 +8,7 @@
 use common::vramprobe;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 const JOBS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs");
 const WHOLE_RUN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/whole_run_peak.py");

@@ -10,7 +10,7 @@ use vramprobe::report::csv::PlanRow;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_cnn.pt");
 
-mod common;
+use crate::common;
 
 fn plan_rows(path: &Path) -> Vec<PlanRow> {
     csv::Reader::from_path(path).unwrap().deserialize().collect::<Result<Vec<_>, _>>().unwrap()
