@@ -201,3 +201,38 @@ impl Drop for RayHead {
         let _ = std::process::Command::new(&self.0).args(["stop", "--force"]).output();
     }
 }
+
+/// CPU trials side by side: every trial's process sees OpenMP's threads
+/// told to wait passively, and the report says so, unless the user chose a
+/// policy of their own, which every trial keeps.
+#[test]
+fn cpu_trials_side_by_side_wait_passively_unless_the_user_chose() {
+    let Some(python) = common::torch_python("cpu_trials_side_by_side_wait_passively_unless_the_user_chose") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Each trial writes the policy it sees, then runs the example.
+    let script = r#"printf %s "${OMP_WAIT_POLICY-unset}" > "$0/$1"; exec "$2" "$3" --batch-size "$1" --image-size 32"#;
+    for (user, seen, said) in [(None, "PASSIVE", true), (Some("ACTIVE"), "ACTIVE", false)] {
+        let (out, policies) = (dir.path().join(seen), dir.path().join(format!("{seen}-seen")));
+        std::fs::create_dir(&policies).unwrap();
+        let mut c = vramprobe();
+        c.args(["sweep", "--device", "cpu", "--quiet", "--parallel", "2", "--batches", "2,4", "--breakdown", "off"])
+            .args(["--rehearsal", "off", "--out"])
+            .arg(&out)
+            .args(["--", "sh", "-c", script])
+            .arg(&policies)
+            .args(["{batch}", &python, EXAMPLE]);
+        match user {
+            None => c.env_remove("OMP_WAIT_POLICY"),
+            Some(policy) => c.env("OMP_WAIT_POLICY", policy),
+        };
+        let run = c.output().unwrap();
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        for batch in ["2", "4"] {
+            assert_eq!(std::fs::read_to_string(policies.join(batch)).unwrap(), seen, "batch {batch}");
+        }
+        let report = std::fs::read_to_string(out.join("report.json")).unwrap();
+        assert_eq!(report.contains("OMP_WAIT_POLICY=PASSIVE"), said, "{report}");
+    }
+}

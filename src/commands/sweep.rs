@@ -5,13 +5,15 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 
+use crate::analyze::note::Note;
 use crate::analyze::run::{Layout, RunRecord};
 use crate::commands::cli::{OnOff, SweepArgs};
-use crate::measure::environment;
+use crate::measure::{environment, openmp};
+use crate::record::device::Device;
 use crate::report::outlet::{partial_note, Folders};
 use crate::report::{self, no_fit, output, table, timings};
 use crate::sweep::execute::{self, Children, Run};
-use crate::sweep::layout::{self, Shape, SweepRequest};
+use crate::sweep::layout::{self, PlannedRun, Shape, SweepPlan, SweepRequest};
 use crate::sweep::subjects::SubjectOptions;
 use crate::sweep::variants::Across;
 use crate::sweep::{BatchChoice, RunOptions};
@@ -49,8 +51,24 @@ fn request(args: &SweepArgs) -> Result<SweepRequest> {
     })
 }
 
+/// CPU trials side by side: OpenMP's threads wait passively in every
+/// trial (see [`openmp`]), unless the user chose a policy. Set here, before
+/// any trial or thread starts, so that every way a trial starts inherits it.
+fn openmp_side_by_side(plan: &mut SweepPlan) {
+    let cpu_side_by_side = |r: &PlannedRun| r.config.device == Device::Cpu && !r.config.beside.is_empty();
+    let user = std::env::var_os(openmp::WAIT_POLICY);
+    if !openmp::waits_passively(plan.runs.iter().any(cpu_side_by_side), user.as_deref()) {
+        return;
+    }
+    std::env::set_var(openmp::WAIT_POLICY, "PASSIVE");
+    for run in plan.runs.iter_mut().filter(|r| cpu_side_by_side(r)) {
+        run.config.notes.push(Note::TrialStart { text: openmp::NOTE.into() });
+    }
+}
+
 pub fn run(args: SweepArgs) -> Result<i32> {
-    let plan = layout::resolve(&request(&args)?)?;
+    let mut plan = layout::resolve(&request(&args)?)?;
+    openmp_side_by_side(&mut plan);
     let (_, stamp) = environment::utc_now();
     let out_dir = output::prepare_out_dir(args.out.as_deref(), &plan.name(), &stamp, args.force)?;
     for note in &plan.device_notes {

@@ -24,6 +24,7 @@ pub mod launch;
 #[cfg_attr(not(feature = "builtin"), path = "linked_absent.rs")]
 pub mod linked;
 pub mod model;
+pub mod openmp;
 pub mod preimport;
 pub mod private;
 pub mod runner;
