@@ -19,7 +19,7 @@ pub struct TracedTrial<'a> {
 /// The step's peak on the CPU: what was live when it began plus the most
 /// its allocations and frees add to it.
 pub fn replayed_peak(trace: &StepTrace) -> u64 {
-    OpRuns::of(trace).peak().max(0) as u64
+    OpRuns::of(trace).peak()
 }
 
 /// The two trials whose traces are scaled: those nearest the budget's
@@ -70,13 +70,13 @@ impl OpRuns {
 
     /// The replayed peak: each run's own high on top of what the runs
     /// before it left (a run's high is never below its start).
-    fn peak(&self) -> i64 {
+    fn peak(&self) -> u64 {
         let (mut held, mut peak) = (self.start, self.start);
         for &(_, net, high) in &self.runs {
             peak = peak.max(held + high);
             held += net;
         }
-        peak
+        peak.max(0) as u64
     }
 
     fn same_ops(&self, other: &OpRuns) -> bool {
@@ -101,7 +101,7 @@ struct Side {
 impl Side {
     fn of(t: &TracedTrial) -> Side {
         let ops = OpRuns::of(t.trace);
-        let correction = t.peak_bytes as f64 - ops.peak().max(0) as f64;
+        let correction = t.peak_bytes as f64 - ops.peak() as f64;
         Side { batch: t.batch, ops, correction }
     }
 }
